@@ -1,0 +1,101 @@
+// twheel/detail/wait_ops.hpp: the concrete wait operations, allocated per async_wait
+// through the handler's associated allocator.
+#ifndef TWHEEL_DETAIL_WAIT_OPS_HPP
+#define TWHEEL_DETAIL_WAIT_OPS_HPP
+
+#include <twheel/detail/op_queue.hpp>
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/recycling_allocator.hpp>
+
+#include <memory>
+#include <utility>
+
+namespace twheel::detail {
+
+// Handlers without an allocator of their own get Asio's per-thread recycling allocator,
+// as Asio's own operations do.
+template <class Handler>
+auto op_allocator(const Handler& handler) noexcept {
+  return boost::asio::get_associated_allocator(handler,
+                                               boost::asio::recycling_allocator<void>());
+}
+
+template <class Op, class Handler>
+using op_allocator_t = typename std::allocator_traits<decltype(op_allocator(
+    std::declval<const Handler&>()))>::template rebind_alloc<Op>;
+
+// Allocates and constructs an Op from the handler; frees the memory if construction throws.
+template <class Op, class Handler, class... Args>
+Op* make_op(Handler& handler, Args&&... args) {
+  op_allocator_t<Op, Handler> alloc(op_allocator(handler));
+  Op* p = std::allocator_traits<decltype(alloc)>::allocate(alloc, 1);
+  try {
+    return ::new (static_cast<void*>(p)) Op(std::move(handler), std::forward<Args>(args)...);
+  } catch (...) {
+    std::allocator_traits<decltype(alloc)>::deallocate(alloc, p, 1);
+    throw;
+  }
+}
+
+// Destroys and frees an Op whose handler has been moved to `handler` (the allocator is
+// taken from the live handler, not from the moved-from one, as Asio does).
+template <class Op, class Handler>
+void free_op(Op* op, const Handler& handler) noexcept {
+  op_allocator_t<Op, Handler> alloc(op_allocator(handler));
+  op->~Op();
+  std::allocator_traits<decltype(alloc)>::deallocate(alloc, op, 1);
+}
+
+// A wait whose handler runs on the io_context the service runs on: the service's driver
+// is already running there, so it invokes the handler directly (what dispatch would do).
+template <class Handler>
+class inline_wait_op : public wait_op {
+ public:
+  explicit inline_wait_op(Handler&& handler)
+      : wait_op(&inline_wait_op::do_complete), handler_(std::move(handler)) {}
+
+  Handler handler_;
+
+ private:
+  static void do_complete(wait_op* base, bool invoke) {
+    auto* op = static_cast<inline_wait_op*>(base);
+    const boost::system::error_code ec = op->error();
+    // The memory is freed before the upcall (Asio's rule), so move the handler out.
+    Handler handler(std::move(op->handler_));
+    free_op(op, handler);
+    if (invoke) std::move(handler)(ec);
+  }
+};
+
+// A wait whose handler runs on another executor (a strand, another context, ...): `work`
+// keeps that executor's context alive while pending; completes through dispatch().
+template <class Handler, class WorkExecutor>
+class dispatch_wait_op : public wait_op {
+ public:
+  dispatch_wait_op(Handler&& handler, WorkExecutor work)
+      : wait_op(&dispatch_wait_op::do_complete),
+        handler_(std::move(handler)),
+        work_(std::move(work)) {}
+
+  Handler handler_;
+  WorkExecutor work_;
+
+ private:
+  static void do_complete(wait_op* base, bool invoke) {
+    auto* op = static_cast<dispatch_wait_op*>(base);
+    const boost::system::error_code ec = op->error();
+    Handler handler(std::move(op->handler_));
+    WorkExecutor work(std::move(op->work_));
+    free_op(op, handler);
+    if (invoke) {
+      boost::asio::dispatch(work.executor(), boost::asio::append(std::move(handler), ec));
+    }
+  }
+};
+
+}  // namespace twheel::detail
+
+#endif  // TWHEEL_DETAIL_WAIT_OPS_HPP

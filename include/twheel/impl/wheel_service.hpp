@@ -1,0 +1,131 @@
+// twheel/impl/wheel_service.hpp: template members of wheel_service.
+#ifndef TWHEEL_IMPL_WHEEL_SERVICE_HPP
+#define TWHEEL_IMPL_WHEEL_SERVICE_HPP
+
+#include <twheel/detail/wait_ops.hpp>
+
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/is_executor.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <type_traits>
+
+namespace twheel {
+
+namespace detail {
+
+// Keeps the context of a handler's executor busy while its wait is pending (as Asio's
+// handler_work does) and gives the executor to complete on.
+template <class Executor, class = void>
+class tracked_work {
+ public:
+  explicit tracked_work(const Executor& ex)
+      : ex_(boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked)) {}
+  const auto& executor() const noexcept { return ex_; }
+
+ private:
+  std::decay_t<decltype(boost::asio::prefer(
+      std::declval<const Executor&>(), boost::asio::execution::outstanding_work.tracked))>
+      ex_;
+};
+
+// Networking-TS style executors (e.g. io_context::strand) count work with a guard.
+template <class Executor>
+class tracked_work<Executor,
+                   std::enable_if_t<!boost::asio::execution::is_executor<Executor>::value>> {
+ public:
+  explicit tracked_work(const Executor& ex) : guard_(ex) {}
+  Executor executor() const noexcept { return guard_.get_executor(); }
+
+ private:
+  boost::asio::executor_work_guard<Executor> guard_;
+};
+
+inline void wait_canceller::operator()(boost::asio::cancellation_type_t type) {
+  using boost::asio::cancellation_type;
+  // A timer wait has no side effects, so every kind of cancellation may abort it.
+  if (!!(type & (cancellation_type::terminal | cancellation_type::partial |
+                 cancellation_type::total))) {
+    service_->cancel_wait(*this);
+  }
+}
+
+template <class T>
+struct is_strand : std::false_type {};
+template <class Inner>
+struct is_strand<boost::asio::strand<Inner>> : std::true_type {};
+
+}  // namespace detail
+
+template <class Executor>
+boost::asio::any_io_executor wheel_service::driver_executor(const Executor& ex) {
+  using io_executor = boost::asio::io_context::executor_type;
+  using boost::asio::any_io_executor;
+  // The driver must not run inside a user's strand: unwrap to the context's executor.
+  if constexpr (std::is_same_v<Executor, any_io_executor>) {
+    if (auto* t = ex.template target<io_executor>()) return t->context().get_executor();
+    if (auto* s = ex.template target<boost::asio::strand<io_executor>>()) {
+      return s->get_inner_executor().context().get_executor();
+    }
+    if (auto* s = ex.template target<boost::asio::strand<any_io_executor>>()) {
+      return driver_executor(s->get_inner_executor());
+    }
+    return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
+  } else if constexpr (std::is_same_v<Executor, io_executor>) {
+    return ex.context().get_executor();
+  } else if constexpr (detail::is_strand<Executor>::value) {
+    return driver_executor(ex.get_inner_executor());
+  } else if constexpr (std::is_same_v<Executor, boost::asio::io_context::strand>) {
+    return ex.context().get_executor();
+  } else {
+    return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
+  }
+}
+
+template <class Executor>
+bool wheel_service::runs_inline(const Executor& ex) const noexcept {
+  if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
+    return ex == executor_;
+  } else if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+    const Executor* target = executor_.template target<Executor>();
+    return target != nullptr && *target == ex;
+  } else {
+    return false;
+  }
+}
+
+template <class Handler, class IoExecutor>
+void wheel_service::async_wait(detail::timer_state& timer, clock_type::time_point deadline,
+                               Handler& handler, const IoExecutor& io_ex) {
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
+  const auto ex = boost::asio::get_associated_executor(handler, io_ex);
+  using executor_t = std::decay_t<decltype(ex)>;
+
+  detail::wait_op* op;
+  if (runs_inline(ex)) {
+    op = detail::make_op<detail::inline_wait_op<Handler>>(handler);
+  } else {
+    op = detail::make_op<detail::dispatch_wait_op<Handler, detail::tracked_work<executor_t>>>(
+        handler, detail::tracked_work<executor_t>(ex));
+  }
+
+  detail::wait_canceller* canceller = nullptr;
+  if (slot.is_connected()) {
+    try {
+      canceller = &slot.template emplace<detail::wait_canceller>(this, &timer, op);
+    } catch (...) {
+      op->destroy();
+      throw;
+    }
+  }
+  start_wait(timer, wheel_time(deadline), op, canceller);
+}
+
+}  // namespace twheel
+
+#endif  // TWHEEL_IMPL_WHEEL_SERVICE_HPP

@@ -1,0 +1,196 @@
+// twheel/timing_wheel.hpp: the hierarchical timing wheel as a pure data structure.
+//
+// Design (read this first; the code is its consequence)
+// -------------------------------------------------------
+// Time is counted in ticks (default 1 ms) since an origin chosen by the owner. Deadlines
+// are given in nanoseconds since that origin and rounded UP to a tick; `now` is rounded
+// DOWN. An entry is due only when its deadline tick <= the current tick, so an entry can
+// never be due before its deadline (it can be up to one tick late).
+//
+// There are `levels` levels of 64 slots. Slot s of level L covers 64^L ticks. An entry is
+// filed at the level of the highest 6-bit digit in which its deadline differs from the
+// wheel's current tick, in the slot named by that digit; so a slot's start is always in
+// the future and the slot at level L comes due no later than the entry's deadline. When a
+// slot comes due its entries are either due (detached into the caller's list) or re-filed
+// relative to the slot's start, which puts them on a finer level ("cascading"). Each
+// entry cascades at most `levels - 1` times.
+//
+// Every level keeps a 64-bit occupancy bitmap; the next non-empty slot of a level is a
+// rotate and a count-trailing-zeros, so next_expiry() is O(levels) and the driver can
+// sleep exactly until something may be due.
+//
+// Deadlines beyond the top level's span are parked in the top level (which acts as a
+// ring) at a slot that comes due no later than the deadline, and are re-filed then. The
+// same rule makes moving a deadline later free: reschedule() only stores the new deadline
+// and the entry is re-filed when its old slot comes due. Entries are re-checked against
+// their stored deadline whenever a slot is processed, so lazy and parked entries are
+// never reported early.
+//
+// Entries are intrusive (Boost.Intrusive list hooks): insert and remove never allocate.
+// The wheel is not thread-safe; its owner locks.
+#ifndef TWHEEL_TIMING_WHEEL_HPP
+#define TWHEEL_TIMING_WHEEL_HPP
+
+#include <twheel/detail/wheel_level.hpp>
+
+#include <boost/intrusive/list.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+
+namespace twheel {
+
+class timing_wheel;
+
+/// Configuration of a timing_wheel. Invalid values make the wheel's constructor throw
+/// std::invalid_argument naming the value.
+struct wheel_config {
+  /// Length of one tick: the wheel's resolution. Must be > 0.
+  std::chrono::nanoseconds tick{std::chrono::milliseconds(1)};
+  /// Number of levels of 64 slots, 1..max_levels. 6 levels of 1 ms span ~2.2 years;
+  /// later deadlines are still exact (parked and re-filed).
+  unsigned levels = 6;
+
+  static constexpr unsigned max_levels = 10;
+};
+
+/// A wheel entry: derive from it (or embed it). The hook lets the wheel link the entry
+/// without allocating. An entry must not be destroyed while it is linked into a wheel or
+/// a caller's list; remove() it first.
+class wheel_entry
+    : public boost::intrusive::list_base_hook<
+          boost::intrusive::link_mode<boost::intrusive::normal_link>> {
+ public:
+  wheel_entry() noexcept = default;
+  // Copying or moving an entry never copies its links.
+  wheel_entry(const wheel_entry&) noexcept : wheel_entry() {}
+  wheel_entry& operator=(const wheel_entry&) noexcept { return *this; }
+
+  /// The deadline tick (deadline rounded up to the tick), as last given to the wheel.
+  std::uint64_t deadline_tick() const noexcept { return deadline_; }
+
+  /// True while the entry is in a wheel (filed or waiting to be detached).
+  bool is_pending() const noexcept { return where_ < detail::where_detached; }
+
+  /// True while the entry sits in a caller's list after advance() detached it.
+  bool is_detached() const noexcept { return where_ == detail::where_detached; }
+
+ private:
+  friend class timing_wheel;
+  std::uint64_t deadline_ = 0;
+  std::uint16_t where_ = detail::where_idle;
+};
+
+/// The list advance() detaches due entries into. Not constant-time-size, so that an
+/// entry can be removed from it through the wheel without knowing the list.
+using wheel_entry_list =
+    boost::intrusive::list<wheel_entry, boost::intrusive::constant_time_size<false>>;
+
+/// Counters that never drift: see the invariant tests.
+struct wheel_counters {
+  std::uint64_t inserted = 0;   ///< entries filed by insert()
+  std::uint64_t removed = 0;    ///< pending entries taken out by remove()
+  std::uint64_t expired = 0;    ///< entries detached by advance()
+  std::uint64_t cascaded = 0;   ///< entries re-filed because their slot came due early
+};
+
+/// A hierarchical timing wheel. Times are nanoseconds since an origin the owner picks.
+class timing_wheel {
+ public:
+  using duration = std::chrono::nanoseconds;
+
+  /// Throws std::invalid_argument if `config` is invalid. `start` is the current time.
+  explicit timing_wheel(wheel_config config = {}, duration start = duration::zero());
+
+  timing_wheel(const timing_wheel&) = delete;
+  timing_wheel& operator=(const timing_wheel&) = delete;
+
+  /// Unlinks every pending entry (they become idle); entries in callers' lists stay there.
+  ~timing_wheel();
+
+  /// Files an idle or detached entry (a detached one is first unlinked from the caller's
+  /// list). Deadlines at or before the current tick are due at the next advance().
+  /// Precondition: the entry is not pending in any wheel. O(1), never allocates.
+  void insert(wheel_entry& entry, duration deadline) noexcept;
+
+  /// Changes the deadline of a pending entry. Later: stores it only (the entry is re-filed
+  /// when its current slot comes due). Earlier: re-files it. An entry that is not pending
+  /// is inserted. O(1).
+  void reschedule(wheel_entry& entry, duration deadline) noexcept;
+
+  /// Takes an entry out of the wheel, or out of the caller's list it was detached into.
+  /// Returns true if it was pending in the wheel. Idle entries are left alone. O(1).
+  bool remove(wheel_entry& entry) noexcept;
+
+  /// Detaches up to `max_entries` due entries into `out` (appended, in due order for
+  /// entries of different ticks). Each entry examined is either detached or re-filed, and
+  /// at most `max_entries` are examined, so one call is bounded even when a crowded
+  /// coarse slot cascades. Returns the number detached. Time never moves backwards: a
+  /// `now` before the wheel's current time is treated as the current time.
+  std::size_t advance(duration now, wheel_entry_list& out,
+                      std::size_t max_entries = std::numeric_limits<std::size_t>::max());
+
+  /// The time of the earliest non-empty slot: advance() with a `now` before it detaches
+  /// nothing. Entries may be re-filed then instead of detached (lazy, parked or coarse
+  /// entries), but never detached before their deadline. Empty when nothing is pending.
+  /// A time at or before now() means "call advance() now". O(levels).
+  std::optional<duration> next_expiry() const noexcept;
+
+  /// Pending entries (filed or awaiting detachment). O(1); never drifts.
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+
+  /// The wheel's current time: the start of its current tick.
+  duration now() const noexcept { return from_tick(elapsed_); }
+  std::uint64_t current_tick() const noexcept { return elapsed_; }
+
+  duration tick() const noexcept { return duration(tick_ns_); }
+  unsigned levels() const noexcept { return levels_; }
+  const wheel_counters& counters() const noexcept { return counters_; }
+
+  /// Converts a time to its deadline tick (rounded up) / current tick (rounded down).
+  std::uint64_t deadline_tick(duration deadline) const noexcept;
+  std::uint64_t tick_of(duration now) const noexcept;
+
+  /// `fresh` (idle) takes the place of `entry` (pending or detached), which becomes idle.
+  /// Lets an owner move an entry to a new address. O(1).
+  void replace(wheel_entry& entry, wheel_entry& fresh) noexcept;
+
+  /// Throws std::invalid_argument naming the first bad value of `config`.
+  static void validate(const wheel_config& config);
+
+  /// Detaches every pending entry into `out`, due or not (for shutdown). Returns the count.
+  std::size_t detach_all(wheel_entry_list& out) noexcept;
+
+ private:
+  using slot_list = detail::slot_list<wheel_entry>;
+
+  duration from_tick(std::uint64_t tick) const noexcept;
+  void file(wheel_entry& entry) noexcept;
+  static void unlink(wheel_entry& entry) noexcept;
+  // Moves the earliest slot starting at or before `target` into due_ and makes its start
+  // the current tick. False if there is none.
+  bool take_next_slot(std::uint64_t target) noexcept;
+  struct slot_ref {
+    unsigned level;
+    unsigned slot;
+    std::uint64_t start;
+  };
+  std::optional<slot_ref> next_slot() const noexcept;
+
+  std::int64_t tick_ns_;
+  unsigned levels_;
+  std::uint64_t elapsed_;     // current tick: every filed slot starts after it
+  std::size_t size_ = 0;
+  std::unique_ptr<detail::wheel_level<wheel_entry>[]> wheel_;
+  slot_list due_;             // entries whose slot came due, not yet examined
+  wheel_counters counters_;
+};
+
+}  // namespace twheel
+
+#endif  // TWHEEL_TIMING_WHEEL_HPP

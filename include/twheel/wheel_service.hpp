@@ -1,0 +1,163 @@
+// twheel/wheel_service.hpp: the timing wheel living inside an execution context.
+#ifndef TWHEEL_WHEEL_SERVICE_HPP
+#define TWHEEL_WHEEL_SERVICE_HPP
+
+#include <twheel/detail/op_queue.hpp>
+#include <twheel/detail/timer_state.hpp>
+#include <twheel/timing_wheel.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <optional>
+
+namespace twheel {
+
+/// Options of a context's wheel; set with configure() before the first timer is used.
+struct wheel_options {
+  /// Resolution: deadlines are rounded up to a tick, so waits complete up to one tick
+  /// (plus scheduling delay) late and never early. Must be positive.
+  std::chrono::nanoseconds tick{std::chrono::milliseconds(1)};
+  /// Levels of 64 slots (1..10); 6 levels of 1 ms reach ~2.2 years before parking.
+  unsigned levels = 6;
+  /// Pending waits allowed at once; a wait beyond it completes with
+  /// boost::asio::error::no_buffer_space. 0 means no limit.
+  std::size_t max_pending = 0;
+  /// Wheel entries examined per driver pass; bounds the time one pass keeps the thread
+  /// from other work. Must be positive.
+  std::size_t max_per_pass = 4096;
+};
+
+/// Counters of one context's wheel. All are exact at the moment of the call.
+struct wheel_stats {
+  std::size_t pending = 0;       ///< waits started and not yet completed
+  std::size_t timers = 0;        ///< timers filed in the wheel (some may have no wait)
+  std::uint64_t fired = 0;       ///< waits completed because their timer expired
+  std::uint64_t cancelled = 0;   ///< waits completed with operation_aborted
+  std::uint64_t rejected = 0;    ///< waits refused with no_buffer_space (max_pending)
+  std::uint64_t cascaded = 0;    ///< wheel entries re-filed to a finer level
+  std::uint64_t wakeups = 0;     ///< driver passes (expired internal timer or posted pass)
+};
+
+/// Sets the options of `ctx`'s wheel. Must be called before the first twheel timer of
+/// that context is constructed, and at most once. Throws std::invalid_argument for bad
+/// options and std::logic_error when called too late; changes nothing then.
+void configure(boost::asio::execution_context& ctx, const wheel_options& options);
+
+/// As above, reporting boost::asio::error::invalid_argument or
+/// boost::asio::error::already_started through `ec` instead of throwing.
+void configure(boost::asio::execution_context& ctx, const wheel_options& options,
+               boost::system::error_code& ec) noexcept;
+
+/// The statistics of `ctx`'s wheel (creating the service if needed).
+wheel_stats stats(boost::asio::execution_context& ctx);
+
+/// One timing wheel per execution context (an io_context or a thread_pool), driven by a
+/// single internal boost::asio::steady_timer that is armed only while waits are pending,
+/// at the earliest non-empty slot. Timers (basic_waitable_timer, ...) are thin shells
+/// over it.
+///
+/// Thread safety: all members may be called concurrently; one mutex guards the wheel.
+/// Handlers are never invoked and user handlers never allocated under that mutex.
+class wheel_service : public boost::asio::execution_context::service {
+ public:
+  using key_type = wheel_service;
+  static inline boost::asio::execution_context::id id;
+  using clock_type = std::chrono::steady_clock;
+
+  explicit wheel_service(boost::asio::execution_context& ctx);
+  wheel_service(boost::asio::execution_context& ctx, const wheel_options& options);
+  ~wheel_service() override;
+
+  const wheel_options& options() const noexcept { return options_; }
+  wheel_stats stats() const;
+
+  /// Throws std::invalid_argument naming the first bad value.
+  static void validate(const wheel_options& options);
+
+  // ---- used by the timer types (not for direct use) ---------------------------------
+
+  // The wheel's time for a clock time point (saturating, never rounding down).
+  std::chrono::nanoseconds wheel_time(clock_type::time_point t) const noexcept;
+
+  // Starts a wait on `timer` until `deadline`. Handler is any wait handler; IoExecutor is
+  // the timer's executor. Defined in impl/wheel_service.hpp.
+  template <class Handler, class IoExecutor>
+  void async_wait(detail::timer_state& timer, clock_type::time_point deadline,
+                  Handler& handler, const IoExecutor& io_ex);
+
+  // Aborts all / the first wait(s) of `timer`; returns how many.
+  std::size_t cancel(detail::timer_state& timer);
+  std::size_t cancel_one(detail::timer_state& timer);
+  // Aborts the waits of `timer` and records its new deadline; returns waits aborted.
+  std::size_t expires_at(detail::timer_state& timer, clock_type::time_point deadline);
+  // Aborts the waits of `timer` and takes it out of the wheel (timer destruction).
+  void destroy(detail::timer_state& timer) noexcept;
+  // `to` (idle, no waits) takes over the place and the waits of `from`.
+  void move(detail::timer_state& to, detail::timer_state& from) noexcept;
+
+  // Called by a wait's cancellation slot.
+  void cancel_wait(detail::wait_canceller& canceller) noexcept;
+
+  // Called by every timer's constructor: the first one gives the service the executor its
+  // driver runs on (the context's plain executor, found through `ex`).
+  template <class Executor>
+  void attach(const Executor& ex) {
+    if (!attached_.load(std::memory_order_acquire)) attach_executor(driver_executor(ex));
+  }
+
+  // True when handlers bound to `ex` may be invoked directly by the driver: `ex` is the
+  // executor the driver itself runs on.
+  template <class Executor>
+  bool runs_inline(const Executor& ex) const noexcept;
+
+ private:
+  using lock_type = std::unique_lock<std::mutex>;
+
+  void shutdown() override;
+
+  void start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                  detail::wait_op* op, detail::wait_canceller* canceller);
+  std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept;
+  void retire(detail::wait_op* op, detail::wait_result result) noexcept;
+  void ensure_drain() noexcept;
+  void ensure_driver() noexcept;
+  void arm_driver(std::chrono::nanoseconds at) noexcept;
+  void on_driver(std::uint64_t generation, const boost::system::error_code& ec);
+  void drain();
+  void complete(detail::op_queue& ops);
+  void requeue(detail::op_queue& ops) noexcept;
+
+  void disarm_driver() noexcept;
+  void attach_executor(boost::asio::any_io_executor ex);
+  template <class Executor>
+  static boost::asio::any_io_executor driver_executor(const Executor& ex);
+
+  wheel_options options_;
+  std::atomic<bool> attached_{false};
+  boost::asio::any_io_executor executor_;      // what the driver runs on; set once
+  clock_type::time_point origin_;
+  mutable std::mutex mutex_;
+  timing_wheel wheel_;
+  detail::op_queue ready_;                     // aborted or rejected, awaiting completion
+  bool drain_posted_ = false;
+  bool shut_down_ = false;
+  std::optional<boost::asio::steady_timer> driver_;
+  std::optional<std::chrono::nanoseconds> armed_at_;  // driver's deadline, if armed
+  std::uint64_t generation_ = 0;               // bumped on every (re)arm and disarm
+  wheel_stats stats_;
+};
+
+}  // namespace twheel
+
+#include <twheel/impl/wheel_service.hpp>
+
+#endif  // TWHEEL_WHEEL_SERVICE_HPP

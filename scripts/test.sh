@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds twheel (Release, warnings as errors) and runs the whole test suite with CTest.
+# Usage: scripts/test.sh [build-dir] [extra cmake args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+build=${1:-build}
+shift || true
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTWHEEL_WERROR=ON "$@" >/dev/null
+cmake --build "$build" -j"$(nproc)"
+cd "$build"
+ctest --output-on-failure -j"$(nproc)" --timeout 600

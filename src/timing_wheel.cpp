@@ -1,0 +1,225 @@
+// The non-template core of twheel: see the design comment in timing_wheel.hpp.
+#include <twheel/timing_wheel.hpp>
+
+#include <cassert>
+#include <stdexcept>
+#include <string>
+
+namespace twheel {
+
+namespace {
+
+constexpr std::int64_t max_ns = std::numeric_limits<std::int64_t>::max();
+
+}  // namespace
+
+void timing_wheel::validate(const wheel_config& config) {
+  if (config.tick.count() <= 0) {
+    throw std::invalid_argument("twheel: wheel_config.tick must be positive, got " +
+                                std::to_string(config.tick.count()) + " ns");
+  }
+  if (config.levels < 1 || config.levels > wheel_config::max_levels) {
+    throw std::invalid_argument("twheel: wheel_config.levels must be in [1, " +
+                                std::to_string(wheel_config::max_levels) + "], got " +
+                                std::to_string(config.levels));
+  }
+}
+
+timing_wheel::timing_wheel(wheel_config config, duration start)
+    : tick_ns_((validate(config), config.tick.count())),
+      levels_(config.levels),
+      elapsed_(0),
+      wheel_(new detail::wheel_level<wheel_entry>[config.levels]) {
+  elapsed_ = tick_of(start);
+}
+
+timing_wheel::~timing_wheel() {
+  // Leave entries idle so that their owners may still call remove() safely.
+  wheel_entry_list all;
+  detach_all(all);
+  while (!all.empty()) {
+    wheel_entry& e = all.front();
+    all.pop_front();
+    e.where_ = detail::where_idle;
+  }
+}
+
+std::uint64_t timing_wheel::deadline_tick(duration deadline) const noexcept {
+  const std::int64_t ns = deadline.count();
+  if (ns <= 0) return 0;
+  return static_cast<std::uint64_t>((ns - 1) / tick_ns_) + 1;  // round up
+}
+
+std::uint64_t timing_wheel::tick_of(duration now) const noexcept {
+  const std::int64_t ns = now.count();
+  if (ns <= 0) return 0;
+  return static_cast<std::uint64_t>(ns / tick_ns_);  // round down
+}
+
+timing_wheel::duration timing_wheel::from_tick(std::uint64_t tick) const noexcept {
+  if (tick > static_cast<std::uint64_t>(max_ns / tick_ns_)) return duration::max();
+  return duration(static_cast<std::int64_t>(tick) * tick_ns_);
+}
+
+void timing_wheel::unlink(wheel_entry& entry) noexcept {
+  using algo = wheel_entry_list::node_algorithms;
+  algo::unlink(wheel_entry_list::value_traits::to_node_ptr(entry));
+}
+
+void timing_wheel::file(wheel_entry& entry) noexcept {
+  const std::uint64_t deadline = entry.deadline_;
+  if (deadline <= elapsed_) {
+    due_.push_back(entry);
+    entry.where_ = detail::where_due;
+    return;
+  }
+  // Park deadlines beyond the top level's reach inside it: the slot then comes due no
+  // later than the deadline, and the entry is re-filed from there.
+  const std::uint64_t reach = (std::uint64_t{1} << (detail::slot_bits * levels_)) - 1;
+  const std::uint64_t filed = deadline - elapsed_ > reach ? elapsed_ + reach : deadline;
+  const std::uint64_t differing = (elapsed_ ^ filed) | detail::slot_mask;
+  unsigned level = (63 - detail::clz64(differing)) / detail::slot_bits;
+  if (level >= levels_) level = levels_ - 1;
+  const auto slot = static_cast<unsigned>((filed >> (detail::slot_bits * level)) &
+                                          detail::slot_mask);
+  wheel_[level].push(slot, entry);
+  entry.where_ = static_cast<std::uint16_t>(level * detail::slots_per_level + slot);
+}
+
+void timing_wheel::insert(wheel_entry& entry, duration deadline) noexcept {
+  assert(!entry.is_pending() && "twheel: insert() of an entry that is already pending");
+  if (entry.where_ == detail::where_detached) unlink(entry);
+  entry.deadline_ = deadline_tick(deadline);
+  file(entry);
+  ++size_;
+  ++counters_.inserted;
+}
+
+void timing_wheel::reschedule(wheel_entry& entry, duration deadline) noexcept {
+  if (!entry.is_pending()) {
+    insert(entry, deadline);
+    return;
+  }
+  const std::uint64_t tick = deadline_tick(deadline);
+  if (tick >= entry.deadline_) {
+    // Its slot comes due no later than the old deadline, so no later than the new one.
+    entry.deadline_ = tick;
+    return;
+  }
+  remove(entry);
+  insert(entry, deadline);
+}
+
+bool timing_wheel::remove(wheel_entry& entry) noexcept {
+  const std::uint16_t where = entry.where_;
+  if (where == detail::where_idle) return false;
+  // The entry may sit in its slot, in due_ (its slot was taken) or in a caller's list;
+  // unlinking a node of a circular list does not need to know which.
+  unlink(entry);
+  entry.where_ = detail::where_idle;
+  if (where == detail::where_detached) return false;
+  if (where != detail::where_due) {
+    wheel_[where / detail::slots_per_level].after_unlink(where % detail::slots_per_level);
+  }
+  --size_;
+  ++counters_.removed;
+  return true;
+}
+
+void timing_wheel::replace(wheel_entry& entry, wheel_entry& fresh) noexcept {
+  assert(fresh.where_ == detail::where_idle);
+  if (entry.where_ == detail::where_idle) return;
+  using algo = wheel_entry_list::node_algorithms;
+  algo::link_after(wheel_entry_list::value_traits::to_node_ptr(entry),
+                   wheel_entry_list::value_traits::to_node_ptr(fresh));
+  unlink(entry);
+  fresh.deadline_ = entry.deadline_;
+  fresh.where_ = entry.where_;
+  entry.where_ = detail::where_idle;
+}
+
+std::optional<timing_wheel::slot_ref> timing_wheel::next_slot() const noexcept {
+  // Entries of a finer level lie inside the current slot of every coarser level, so the
+  // first non-empty level holds the earliest slot.
+  for (unsigned level = 0; level < levels_; ++level) {
+    const auto& lv = wheel_[level];
+    if (lv.empty()) continue;
+    const unsigned shift = detail::slot_bits * level;
+    const std::uint64_t slot_span = std::uint64_t{1} << shift;
+    const std::uint64_t level_span = slot_span << detail::slot_bits;
+    const auto current = static_cast<unsigned>((elapsed_ >> shift) & detail::slot_mask);
+    const unsigned distance = lv.distance_to_next(current);
+    std::uint64_t start = (elapsed_ & ~(level_span - 1)) + (current + distance) * slot_span;
+    // Only the top level wraps: a slot at or behind the current one is a rotation ahead.
+    if (start <= elapsed_) start += level_span;
+    return slot_ref{level, (current + distance) % detail::slots_per_level, start};
+  }
+  return std::nullopt;
+}
+
+std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
+  if (!due_.empty()) return from_tick(elapsed_);
+  if (auto slot = next_slot()) return from_tick(slot->start);
+  return std::nullopt;
+}
+
+bool timing_wheel::take_next_slot(std::uint64_t target) noexcept {
+  const auto slot = next_slot();
+  if (!slot || slot->start > target) return false;
+  elapsed_ = slot->start;
+  wheel_[slot->level].take(slot->slot, due_);
+  return true;
+}
+
+std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
+                                  std::size_t max_entries) {
+  std::uint64_t target = tick_of(now);
+  if (target < elapsed_) target = elapsed_;
+  std::size_t examined = 0;
+  std::size_t detached = 0;
+  while (examined < max_entries) {
+    if (due_.empty()) {
+      if (!take_next_slot(target)) {
+        elapsed_ = target;
+        break;
+      }
+      continue;
+    }
+    wheel_entry& entry = due_.front();
+    due_.pop_front();
+    ++examined;
+    // Compare with the slot's start, not with target: entries due later than this slot
+    // are re-filed so that a late advance still hands them out in deadline order.
+    if (entry.deadline_ <= elapsed_) {
+      out.push_back(entry);
+      entry.where_ = detail::where_detached;
+      --size_;
+      ++detached;
+      ++counters_.expired;
+    } else {
+      entry.where_ = detail::where_idle;
+      file(entry);
+      ++counters_.cascaded;
+    }
+  }
+  return detached;
+}
+
+std::size_t timing_wheel::detach_all(wheel_entry_list& out) noexcept {
+  detail::slot_list<wheel_entry> all;
+  all.splice(all.end(), due_);
+  for (unsigned level = 0; level < levels_; ++level) {
+    auto& lv = wheel_[level];
+    for (unsigned slot = 0; slot < detail::slots_per_level; ++slot) lv.take(slot, all);
+  }
+  std::size_t count = 0;
+  for (auto& e : all) {
+    e.where_ = detail::where_detached;
+    ++count;
+  }
+  out.splice(out.end(), all);
+  size_ = 0;
+  return count;
+}
+
+}  // namespace twheel
