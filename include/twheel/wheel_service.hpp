@@ -104,6 +104,14 @@ class wheel_service : public boost::asio::execution_context::service {
   // `to` (idle, no waits) takes over the place and the waits of `from`.
   void move(detail::timer_state& to, detail::timer_state& from) noexcept;
 
+  // For adapters that own their operation (cancel_after): files `op` as the only wait of
+  // `timer` until `deadline`, not counted against max_pending; the op is completed
+  // (success) when due, or destroyed at shutdown. unschedule() takes it back before it
+  // fires: true if it did (the op will then never be completed by the service).
+  void schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                detail::wait_op* op);
+  bool unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept;
+
   // Called by a wait's cancellation slot.
   void cancel_wait(detail::wait_canceller& canceller) noexcept;
 

@@ -1,0 +1,199 @@
+// twheel/cancel_after.hpp: a completion-token adapter that times out any asynchronous
+// operation through the context's timing wheel.
+#ifndef TWHEEL_CANCEL_AFTER_HPP
+#define TWHEEL_CANCEL_AFTER_HPP
+
+#include <twheel/detail/cancel_after_op.hpp>
+#include <twheel/wheel_service.hpp>
+
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/execution/executor.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/is_executor.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/asio/system_executor.hpp>
+
+#include <chrono>
+#include <type_traits>
+#include <utility>
+
+namespace twheel {
+
+/// The completion token made by cancel_after() and cancel_at(): the operation runs with
+/// `token_`, and if it has not completed by `deadline_`, cancellation of type `type_` is
+/// emitted into it.
+template <class CompletionToken>
+class cancel_after_t {
+ public:
+  using clock_type = std::chrono::steady_clock;
+
+  template <class T>
+  cancel_after_t(T&& token, clock_type::time_point deadline,
+                 boost::asio::cancellation_type_t type, wheel_service* service = nullptr)
+      : token_(std::forward<T>(token)), deadline_(deadline), type_(type), service_(service) {}
+
+  CompletionToken token_;
+  clock_type::time_point deadline_;
+  boost::asio::cancellation_type_t type_;
+  wheel_service* service_;  // null: found through the operation's I/O executor
+};
+
+namespace detail {
+
+template <class T, class = void>
+struct has_get_executor : std::false_type {};
+template <class T>
+struct has_get_executor<T, std::void_t<decltype(std::declval<const T&>().get_executor())>>
+    : std::true_type {};
+
+template <class T>
+inline constexpr bool is_any_executor_v =
+    boost::asio::execution::is_executor<T>::value || boost::asio::is_executor<T>::value;
+
+inline std::chrono::steady_clock::time_point deadline_after(
+    std::chrono::steady_clock::duration timeout) {
+  using clock = std::chrono::steady_clock;
+  const auto now = clock::now();
+  if (timeout > clock::duration::zero() && now > clock::time_point::max() - timeout) {
+    return clock::time_point::max();
+  }
+  return timeout < clock::duration::zero() ? now : now + timeout;
+}
+
+template <class Executor>
+wheel_service& service_of(const Executor& ex) {
+  auto& svc = boost::asio::use_service<wheel_service>(
+      boost::asio::query(ex, boost::asio::execution::context));
+  svc.attach(ex);
+  return svc;
+}
+
+// Wraps an operation's initiation: the handler gets our cancellation slot, and the
+// operation's timeout is filed in the wheel once the operation has started.
+template <class Initiation>
+class cancel_after_initiation {
+ public:
+  template <class I>
+  cancel_after_initiation(I&& init, std::chrono::steady_clock::time_point deadline,
+                          boost::asio::cancellation_type_t type, wheel_service* service)
+      : init_(std::forward<I>(init)), deadline_(deadline), type_(type), service_(service) {}
+
+  template <class Handler, class... Args>
+  void operator()(Handler&& handler, Args&&... args) {
+    using handler_type = std::decay_t<Handler>;
+    handler_type h(std::forward<Handler>(handler));
+    const auto io_ex = io_executor();
+    const auto ex = boost::asio::get_associated_executor(h, io_ex);
+    using state_type = cancel_after_state<std::decay_t<decltype(ex)>,
+                                          decltype(op_allocator(std::declval<handler_type&>()))>;
+    wheel_service& svc = service_ ? *service_ : service_of(io_ex);
+    state_type* state = state_type::create(svc, h, ex, type_);
+    try {
+      std::move(init_)(cancel_after_handler<handler_type, state_type>(std::move(h), state),
+                       std::forward<Args>(args)...);
+    } catch (...) {
+      state->abandon();
+      throw;
+    }
+    state->start(svc.wheel_time(deadline_));
+  }
+
+ private:
+  auto io_executor() const {
+    if constexpr (has_get_executor<Initiation>::value) {
+      return init_.get_executor();
+    } else {
+      // Only the completion_token_for archetype has no executor; the real operations of
+      // Asio all do. Use an explicit executor or context overload for others.
+      return boost::asio::system_executor();
+    }
+  }
+
+  Initiation init_;
+  std::chrono::steady_clock::time_point deadline_;
+  boost::asio::cancellation_type_t type_;
+  wheel_service* service_;
+};
+
+}  // namespace detail
+
+/// Times out the operation started with `token` after `timeout`: if it has not completed
+/// by then, `type` (terminal by default) cancellation is emitted into it, and it completes
+/// as the operation does when cancelled (usually with operation_aborted). If the operation
+/// completes first, its timeout leaves the wheel at once. The wheel is that of the
+/// operation's I/O executor's context. The caller's own cancellation slot keeps working.
+/// Cancellation is emitted on the handler's associated executor (as Asio's cancel_after
+/// does): use a strand when the context runs on several threads.
+template <class CompletionToken>
+auto cancel_after(std::chrono::steady_clock::duration timeout, CompletionToken&& token) {
+  return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
+                                                       detail::deadline_after(timeout),
+                                                       boost::asio::cancellation_type::terminal);
+}
+
+template <class CompletionToken>
+auto cancel_after(std::chrono::steady_clock::duration timeout,
+                  boost::asio::cancellation_type_t type, CompletionToken&& token) {
+  return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
+                                                       detail::deadline_after(timeout), type);
+}
+
+/// As cancel_after(), with an absolute deadline.
+template <class CompletionToken>
+auto cancel_at(std::chrono::steady_clock::time_point deadline, CompletionToken&& token) {
+  return cancel_after_t<std::decay_t<CompletionToken>>(
+      std::forward<CompletionToken>(token), deadline, boost::asio::cancellation_type::terminal);
+}
+
+template <class CompletionToken>
+auto cancel_at(std::chrono::steady_clock::time_point deadline,
+               boost::asio::cancellation_type_t type, CompletionToken&& token) {
+  return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
+                                                       deadline, type);
+}
+
+/// As cancel_after(), using the wheel of `ex`'s context (for operations without an I/O
+/// executor, or to pick the wheel explicitly).
+template <class Executor, class CompletionToken,
+          std::enable_if_t<detail::is_any_executor_v<Executor>, int> = 0>
+auto cancel_after(const Executor& ex, std::chrono::steady_clock::duration timeout,
+                  CompletionToken&& token,
+                  boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+  return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
+                                                       detail::deadline_after(timeout), type,
+                                                       &detail::service_of(ex));
+}
+
+/// As cancel_after(), using the wheel of `ctx`.
+template <class ExecutionContext, class CompletionToken,
+          std::enable_if_t<std::is_convertible_v<ExecutionContext&,
+                                                 boost::asio::execution_context&>,
+                           int> = 0>
+auto cancel_after(ExecutionContext& ctx, std::chrono::steady_clock::duration timeout,
+                  CompletionToken&& token,
+                  boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+  return cancel_after(ctx.get_executor(), timeout, std::forward<CompletionToken>(token), type);
+}
+
+}  // namespace twheel
+
+namespace boost::asio {
+
+template <class CompletionToken, class... Signatures>
+struct async_result<twheel::cancel_after_t<CompletionToken>, Signatures...>
+    : async_result<CompletionToken, Signatures...> {
+  template <class Initiation, class RawToken, class... Args>
+  static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
+    return async_result<CompletionToken, Signatures...>::initiate(
+        twheel::detail::cancel_after_initiation<std::decay_t<Initiation>>(
+            std::forward<Initiation>(initiation), token.deadline_, token.type_, token.service_),
+        std::forward<RawToken>(token).token_, std::forward<Args>(args)...);
+  }
+};
+
+}  // namespace boost::asio
+
+#endif  // TWHEEL_CANCEL_AFTER_HPP

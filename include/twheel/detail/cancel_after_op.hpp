@@ -1,0 +1,184 @@
+// twheel/detail/cancel_after_op.hpp: the state of one operation started through
+// cancel_after: one allocation holding the wheel entry, the timeout's wait operation and
+// the cancellation signal the wrapped operation listens to.
+#ifndef TWHEEL_DETAIL_CANCEL_AFTER_OP_HPP
+#define TWHEEL_DETAIL_CANCEL_AFTER_OP_HPP
+
+#include <twheel/detail/timer_state.hpp>
+#include <twheel/detail/wait_ops.hpp>
+#include <twheel/wheel_service.hpp>
+
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/dispatch.hpp>
+
+#include <atomic>
+#include <memory>
+#include <utility>
+
+namespace twheel::detail {
+
+// Shared by the wrapped operation's handler and the wheel; freed by whichever of the two
+// lets go last. The timeout runs on the handler's executor (Executor), where it emits.
+template <class Executor, class ProtoAllocator>
+class cancel_after_state : public wait_op {
+  using Allocator =
+      typename std::allocator_traits<ProtoAllocator>::template rebind_alloc<cancel_after_state>;
+
+ public:
+  cancel_after_state(wheel_service& service, Executor ex, Allocator alloc,
+                     boost::asio::cancellation_type_t type)
+      : wait_op(&cancel_after_state::on_timeout),
+        service_(service),
+        executor_(std::move(ex)),
+        allocator_(std::move(alloc)),
+        type_(type) {}
+
+  template <class Handler>
+  static cancel_after_state* create(wheel_service& service, const Handler& handler,
+                                    const Executor& ex, boost::asio::cancellation_type_t type) {
+    Allocator alloc(op_allocator(handler));
+    using traits = std::allocator_traits<Allocator>;
+    cancel_after_state* p = traits::allocate(alloc, 1);
+    try {
+      return ::new (static_cast<void*>(p)) cancel_after_state(service, ex, alloc, type);
+    } catch (...) {
+      traits::deallocate(alloc, p, 1);
+      throw;
+    }
+  }
+
+  // Files the timeout. Called after the operation was initiated, so that its cancellation
+  // handler is installed before the timeout can emit. If the operation already finished,
+  // takes the timeout back (finish() and start() race benignly: one unschedule wins).
+  void start(std::chrono::nanoseconds deadline) {
+    service_.schedule(entry_, deadline, this);
+    if (done_.load(std::memory_order_acquire) && service_.unschedule(entry_, this)) release();
+  }
+
+  // The operation could not be initiated (its initiation threw): drop the wheel's share.
+  void abandon() noexcept { release(); }
+
+  boost::asio::cancellation_slot slot() noexcept { return signal_.slot(); }
+  void emit(boost::asio::cancellation_type_t type) { signal_.emit(type); }
+
+  // The wrapped operation completed or its handler was destroyed: take the timeout out
+  // of the wheel (it then never fires) and let go.
+  void finish() noexcept {
+    done_.store(true, std::memory_order_release);
+    if (service_.unschedule(entry_, this)) release();
+    release();
+  }
+
+ private:
+  ~cancel_after_state() = default;
+
+  void release() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    Allocator alloc(allocator_);
+    this->~cancel_after_state();
+    std::allocator_traits<Allocator>::deallocate(alloc, this, 1);
+  }
+
+  static void on_timeout(wait_op* base, bool invoke) {
+    auto* self = static_cast<cancel_after_state*>(base);
+    if (!invoke || self->done_.load(std::memory_order_acquire)) {
+      self->release();
+      return;
+    }
+    // Emit on the operation's executor: cancellation slots are not thread-safe.
+    boost::asio::dispatch(self->executor_, [self] {
+      if (!self->done_.load(std::memory_order_acquire)) self->signal_.emit(self->type_);
+      self->release();
+    });
+  }
+
+  wheel_service& service_;
+  timer_state entry_;
+  boost::asio::cancellation_signal signal_;
+  Executor executor_;
+  Allocator allocator_;
+  boost::asio::cancellation_type_t type_;
+  std::atomic<int> refs_{2};  // the wrapped handler and the wheel's wait
+  std::atomic<bool> done_{false};
+};
+
+// The handler the wrapped operation sees: the caller's handler, with our signal's slot as
+// its cancellation slot. Forwards the caller's slot into ours, so both can cancel.
+template <class Handler, class State>
+class cancel_after_handler {
+ public:
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+
+  cancel_after_handler(Handler&& handler, State* state) noexcept
+      : handler_(std::move(handler)), state_(state) {
+    auto outer = boost::asio::get_associated_cancellation_slot(handler_);
+    if (outer.is_connected()) {
+      outer.template emplace<forwarder>(state_);
+    }
+  }
+
+  cancel_after_handler(cancel_after_handler&& other) noexcept
+      : handler_(std::move(other.handler_)), state_(std::exchange(other.state_, nullptr)) {}
+
+  cancel_after_handler(const cancel_after_handler&) = delete;
+  cancel_after_handler& operator=(const cancel_after_handler&) = delete;
+  cancel_after_handler& operator=(cancel_after_handler&&) = delete;
+
+  ~cancel_after_handler() {
+    if (state_) release_state();
+  }
+
+  cancellation_slot_type get_cancellation_slot() const noexcept { return state_->slot(); }
+
+  template <class... Args>
+  void operator()(Args&&... args) {
+    release_state();
+    std::move(handler_)(std::forward<Args>(args)...);
+  }
+
+  Handler handler_;
+
+ private:
+  struct forwarder {
+    State* state;
+    void operator()(boost::asio::cancellation_type_t type) { state->emit(type); }
+  };
+
+  void release_state() noexcept {
+    auto outer = boost::asio::get_associated_cancellation_slot(handler_);
+    if (outer.is_connected()) outer.clear();
+    std::exchange(state_, nullptr)->finish();
+  }
+
+  State* state_;
+};
+
+}  // namespace twheel::detail
+
+namespace boost::asio {
+
+template <class Handler, class State, class Executor>
+struct associated_executor<twheel::detail::cancel_after_handler<Handler, State>, Executor> {
+  using type = associated_executor_t<Handler, Executor>;
+  static type get(const twheel::detail::cancel_after_handler<Handler, State>& h,
+                  const Executor& ex = Executor()) noexcept {
+    return get_associated_executor(h.handler_, ex);
+  }
+};
+
+template <class Handler, class State, class Allocator>
+struct associated_allocator<twheel::detail::cancel_after_handler<Handler, State>, Allocator> {
+  using type = associated_allocator_t<Handler, Allocator>;
+  static type get(const twheel::detail::cancel_after_handler<Handler, State>& h,
+                  const Allocator& a = Allocator()) noexcept {
+    return get_associated_allocator(h.handler_, a);
+  }
+};
+
+}  // namespace boost::asio
+
+#endif  // TWHEEL_DETAIL_CANCEL_AFTER_OP_HPP

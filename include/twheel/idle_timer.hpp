@@ -1,0 +1,159 @@
+// twheel/idle_timer.hpp: idle-connection reaping where recording activity is one store.
+#ifndef TWHEEL_IDLE_TIMER_HPP
+#define TWHEEL_IDLE_TIMER_HPP
+
+#include <twheel/basic_waitable_timer.hpp>
+#include <twheel/detail/forwarding_handler.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/error.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace twheel {
+
+namespace detail {
+
+template <class Executor>
+struct idle_state {
+  idle_state(const Executor& ex, std::chrono::steady_clock::duration p)
+      : timer(ex), period(p) {}
+
+  basic_waitable_timer<std::chrono::steady_clock, boost::asio::wait_traits<std::chrono::steady_clock>,
+                       Executor>
+      timer;
+  std::chrono::steady_clock::duration period;
+  std::atomic<bool> touched{false};
+  std::atomic<bool> closed{false};
+};
+
+// Waits one period at a time; a period in which touch() was called starts another.
+template <class Handler, class State>
+class idle_wait_op {
+ public:
+  template <class H>
+  idle_wait_op(std::shared_ptr<State> state, H&& handler)
+      : state_(std::move(state)), handler_(std::forward<H>(handler)) {}
+
+  void operator()(boost::system::error_code ec) {
+    if (!ec && state_->closed.load(std::memory_order_acquire)) {
+      ec = boost::asio::error::operation_aborted;
+    }
+    if (!ec && state_->touched.exchange(false, std::memory_order_acq_rel)) {
+      State& s = *state_;
+      s.timer.expires_after(s.period);
+      s.timer.async_wait(std::move(*this));
+      return;
+    }
+    state_.reset();
+    std::move(handler_)(ec);
+  }
+
+  std::shared_ptr<State> state_;
+  Handler handler_;
+};
+
+}  // namespace detail
+
+/// Completes a wait once a connection has been idle for a period. touch() records
+/// activity with one relaxed atomic store (no lock, no clock read, no wheel operation),
+/// from any thread. The wait checks for activity once per period, so it completes when
+/// no touch() happened during one whole period: at least `period` and at most
+/// 2 x `period` (plus one wheel tick) after the last touch, never earlier.
+///
+/// Thread safety: touch() is safe from any thread; the other members as for a timer.
+template <class Executor = boost::asio::any_io_executor>
+class basic_idle_timer {
+  using state_type = detail::idle_state<Executor>;
+
+ public:
+  using executor_type = Executor;
+  using clock_type = std::chrono::steady_clock;
+  using duration = clock_type::duration;
+
+  /// An idle timer for `period` (> 0; std::invalid_argument otherwise).
+  basic_idle_timer(const executor_type& ex, duration period)
+      : state_(std::make_shared<state_type>(ex, checked(period))) {}
+
+  template <class ExecutionContext,
+            std::enable_if_t<std::is_convertible_v<ExecutionContext&,
+                                                   boost::asio::execution_context&>,
+                             int> = 0>
+  basic_idle_timer(ExecutionContext& ctx, duration period)
+      : basic_idle_timer(executor_type(ctx.get_executor()), period) {}
+
+  basic_idle_timer(basic_idle_timer&&) noexcept = default;
+  basic_idle_timer& operator=(basic_idle_timer&& other) noexcept {
+    if (this != &other) {
+      close();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+
+  /// Aborts a pending wait (operation_aborted).
+  ~basic_idle_timer() { close(); }
+
+  executor_type get_executor() const { return state_->timer.get_executor(); }
+  duration period() const { return state_->period; }
+
+  /// Records activity. O(1): one relaxed store.
+  void touch() noexcept { state_->touched.store(true, std::memory_order_relaxed); }
+
+  /// Waits until the connection has been idle for a period, measured from this call or
+  /// the last touch(). Completion signature void(boost::system::error_code): success when
+  /// idle, operation_aborted on cancel() or destruction. Supports terminal, partial and
+  /// total per-operation cancellation. One wait at a time: a new wait aborts the old.
+  template <class WaitToken = boost::asio::default_completion_token_t<executor_type>>
+  auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+    return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
+        initiate_wait{state_}, token);
+  }
+
+  /// Aborts the pending wait; returns 0 or 1.
+  std::size_t cancel() { return state_->timer.cancel(); }
+
+ private:
+  struct initiate_wait {
+    std::shared_ptr<state_type> state;
+    executor_type get_executor() const { return state->timer.get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler) const {
+      state->touched.store(false, std::memory_order_relaxed);
+      state->timer.expires_after(state->period);
+      state->timer.async_wait(detail::idle_wait_op<std::decay_t<Handler>, state_type>(
+          state, std::forward<Handler>(handler)));
+    }
+  };
+
+  static duration checked(duration period) {
+    if (period <= duration::zero()) {
+      throw std::invalid_argument("twheel::idle_timer: period must be positive, got " +
+                                  std::to_string(period.count()) + " ticks of the clock");
+    }
+    return period;
+  }
+
+  void close() {
+    if (!state_) return;
+    state_->closed.store(true, std::memory_order_release);
+    state_->timer.cancel();
+  }
+
+  std::shared_ptr<state_type> state_;
+};
+
+using idle_timer = basic_idle_timer<>;
+
+}  // namespace twheel
+
+TWHEEL_FORWARD_ASSOCIATORS(twheel::detail::idle_wait_op)
+
+#endif  // TWHEEL_IDLE_TIMER_HPP

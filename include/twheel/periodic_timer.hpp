@@ -1,0 +1,200 @@
+// twheel/periodic_timer.hpp: heartbeats, lease renewal and retries: one wait per tick.
+#ifndef TWHEEL_PERIODIC_TIMER_HPP
+#define TWHEEL_PERIODIC_TIMER_HPP
+
+#include <twheel/basic_waitable_timer.hpp>
+#include <twheel/detail/forwarding_handler.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace twheel {
+
+/// How ticks are spaced.
+enum class tick_mode {
+  fixed_rate,   ///< ticks on a grid: start + k * period
+  fixed_delay,  ///< each tick one period after the wait for it started
+};
+
+/// What a fixed-rate timer does when a tick completes a whole period or more late.
+enum class missed_tick_policy {
+  burst,  ///< keep the grid: the missed ticks complete back to back until caught up
+  delay,  ///< move the grid: the next tick is one period after the late one completed
+  skip,   ///< keep the grid but drop the missed ticks (counted in skipped())
+};
+
+namespace detail {
+
+template <class Executor>
+struct periodic_state {
+  using clock_type = std::chrono::steady_clock;
+
+  periodic_state(const Executor& ex, clock_type::duration p, tick_mode m, missed_tick_policy mt)
+      : timer(ex), period(p), mode(m), policy(mt) {}
+
+  // The deadline of the tick a wait started now waits for.
+  clock_type::time_point deadline_for_wait(clock_type::time_point now) {
+    if (mode == tick_mode::fixed_delay || !started) {
+      started = true;
+      next = now + period;
+    }
+    return next;
+  }
+
+  // Called as the tick due at `next` completes at `now`: where the following one goes.
+  void on_tick(clock_type::time_point now) {
+    if (mode == tick_mode::fixed_delay) return;
+    const clock_type::time_point due = next;
+    if (now - due < period || policy == missed_tick_policy::burst) {
+      next = due + period;
+    } else if (policy == missed_tick_policy::delay) {
+      next = now + period;
+    } else {
+      const auto missed = static_cast<std::uint64_t>((now - due) / period);
+      skipped += missed;
+      next = due + period * static_cast<clock_type::rep>(missed + 1);
+    }
+    ++ticks;
+  }
+
+  basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>, Executor> timer;
+  clock_type::duration period;
+  tick_mode mode;
+  missed_tick_policy policy;
+  bool started = false;
+  clock_type::time_point next{};
+  std::uint64_t ticks = 0;
+  std::uint64_t skipped = 0;
+};
+
+template <class Handler, class State>
+class periodic_wait_op {
+ public:
+  template <class H>
+  periodic_wait_op(std::shared_ptr<State> state, H&& handler)
+      : state_(std::move(state)), handler_(std::forward<H>(handler)) {}
+
+  void operator()(boost::system::error_code ec) {
+    if (!ec) state_->on_tick(std::chrono::steady_clock::now());
+    state_.reset();
+    std::move(handler_)(ec);
+  }
+
+  std::shared_ptr<State> state_;
+  Handler handler_;
+};
+
+}  // namespace detail
+
+/// A timer that ticks every period. Call async_wait() once per tick (typically from the
+/// previous tick's handler). Ticks never complete early; with tick_mode::fixed_rate they
+/// stay on the grid start + k * period, and missed_tick_policy says what happens when
+/// the program falls a whole period or more behind.
+///
+/// Thread safety: distinct objects safe; shared objects unsafe.
+template <class Executor = boost::asio::any_io_executor>
+class basic_periodic_timer {
+  using state_type = detail::periodic_state<Executor>;
+
+ public:
+  using executor_type = Executor;
+  using clock_type = std::chrono::steady_clock;
+  using duration = clock_type::duration;
+  using time_point = clock_type::time_point;
+
+  /// `period` must be positive (std::invalid_argument otherwise). The grid starts at the
+  /// first async_wait().
+  basic_periodic_timer(const executor_type& ex, duration period,
+                       tick_mode mode = tick_mode::fixed_rate,
+                       missed_tick_policy policy = missed_tick_policy::burst)
+      : state_(std::make_shared<state_type>(ex, checked(period), mode, policy)) {}
+
+  template <class ExecutionContext,
+            std::enable_if_t<std::is_convertible_v<ExecutionContext&,
+                                                   boost::asio::execution_context&>,
+                             int> = 0>
+  basic_periodic_timer(ExecutionContext& ctx, duration period,
+                       tick_mode mode = tick_mode::fixed_rate,
+                       missed_tick_policy policy = missed_tick_policy::burst)
+      : basic_periodic_timer(executor_type(ctx.get_executor()), period, mode, policy) {}
+
+  basic_periodic_timer(basic_periodic_timer&&) noexcept = default;
+  basic_periodic_timer& operator=(basic_periodic_timer&& other) noexcept {
+    if (this != &other) {
+      if (state_) state_->timer.cancel();
+      state_ = std::move(other.state_);
+    }
+    return *this;
+  }
+
+  /// Aborts a pending wait (operation_aborted).
+  ~basic_periodic_timer() {
+    if (state_) state_->timer.cancel();
+  }
+
+  executor_type get_executor() const { return state_->timer.get_executor(); }
+  duration period() const { return state_->period; }
+  tick_mode mode() const { return state_->mode; }
+  missed_tick_policy policy() const { return state_->policy; }
+
+  /// Ticks completed with success so far.
+  std::uint64_t ticks() const { return state_->ticks; }
+  /// Ticks dropped by missed_tick_policy::skip so far.
+  std::uint64_t skipped() const { return state_->skipped; }
+  /// The deadline of the next tick (after the first async_wait()).
+  time_point next_tick() const { return state_->next; }
+
+  /// Starts the grid again at the next async_wait().
+  void reset() { state_->started = false; }
+
+  /// Waits for the next tick. Completion signature void(boost::system::error_code):
+  /// success at the tick, operation_aborted on cancel() or destruction. Supports
+  /// terminal, partial and total per-operation cancellation. One wait at a time.
+  template <class WaitToken = boost::asio::default_completion_token_t<executor_type>>
+  auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+    return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
+        initiate_wait{state_}, token);
+  }
+
+  /// Aborts the pending wait; returns 0 or 1. The grid is kept.
+  std::size_t cancel() { return state_->timer.cancel(); }
+
+ private:
+  struct initiate_wait {
+    std::shared_ptr<state_type> state;
+    executor_type get_executor() const { return state->timer.get_executor(); }
+
+    template <class Handler>
+    void operator()(Handler&& handler) const {
+      state->timer.expires_at(state->deadline_for_wait(clock_type::now()));
+      state->timer.async_wait(detail::periodic_wait_op<std::decay_t<Handler>, state_type>(
+          state, std::forward<Handler>(handler)));
+    }
+  };
+
+  static duration checked(duration period) {
+    if (period <= duration::zero()) {
+      throw std::invalid_argument("twheel::periodic_timer: period must be positive, got " +
+                                  std::to_string(period.count()) + " ticks of the clock");
+    }
+    return period;
+  }
+
+  std::shared_ptr<state_type> state_;
+};
+
+using periodic_timer = basic_periodic_timer<>;
+
+}  // namespace twheel
+
+TWHEEL_FORWARD_ASSOCIATORS(twheel::detail::periodic_wait_op)
+
+#endif  // TWHEEL_PERIODIC_TIMER_HPP
