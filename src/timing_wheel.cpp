@@ -148,11 +148,11 @@ std::optional<timing_wheel::slot_ref> timing_wheel::next_slot() const noexcept {
     const std::uint64_t slot_span = std::uint64_t{1} << shift;
     const std::uint64_t level_span = slot_span << detail::slot_bits;
     const auto current = static_cast<unsigned>((elapsed_ >> shift) & detail::slot_mask);
-    const unsigned distance = lv.distance_to_next(current);
-    std::uint64_t start = (elapsed_ & ~(level_span - 1)) + (current + distance) * slot_span;
-    // Only the top level wraps: a slot at or behind the current one is a rotation ahead.
-    if (start <= elapsed_) start += level_span;
-    return slot_ref{level, (current + distance) % detail::slots_per_level, start};
+    // Search from the slot after the current one: only the top level (a ring) can hold
+    // entries in the current slot or behind it, and those are a rotation ahead.
+    const unsigned ahead = current + 1 + lv.distance_to_next((current + 1) % detail::slots_per_level);
+    const std::uint64_t start = (elapsed_ & ~(level_span - 1)) + ahead * slot_span;
+    return slot_ref{level, ahead % detail::slots_per_level, start};
   }
   return std::nullopt;
 }
