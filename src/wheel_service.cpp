@@ -102,6 +102,30 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   ensure_driver();
 }
 
+void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                             detail::wait_op* op) {
+  lock_type lock(mutex_);
+  if (shut_down_) {
+    lock.unlock();
+    op->destroy();
+    return;
+  }
+  timer.waits.push(op);
+  ++stats_.pending;
+  wheel_.reschedule(timer, deadline);
+  ensure_driver();
+}
+
+bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept {
+  lock_type lock(mutex_);
+  if (!timer.waits.erase(op)) return false;
+  --stats_.pending;
+  if (timer.waits.empty()) wheel_.remove(timer);
+  // Let the driver be disarmed if that was the last wait (drain decides, see drain()).
+  if (stats_.pending == 0) ensure_drain();
+  return true;
+}
+
 void wheel_service::retire(detail::wait_op* op, detail::wait_result result) noexcept {
   op->result_ = result;
   if (op->canceller_) {
