@@ -18,6 +18,15 @@ wheel_config to_config(const wheel_options& options) {
   return wheel_config{options.tick, options.levels};
 }
 
+// Records how a wait ended and cuts its cancellation slot loose: a later emit is a no-op.
+void settle(detail::wait_op* op, detail::wait_result result) noexcept {
+  op->set_result(result);
+  if (detail::wait_canceller* c = op->canceller()) {
+    c->timer_ = nullptr;
+    op->set_canceller(nullptr);
+  }
+}
+
 // Runs the rest of a batch later if a handler throws out of it.
 struct batch_guard {
   wheel_service* service;
@@ -85,7 +94,7 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
     op->destroy();
     return;
   }
-  op->canceller_ = canceller;
+  op->set_canceller(canceller);
   if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
     retire(op, detail::wait_result::no_buffer_space);
     ++stats_.rejected;
@@ -127,11 +136,7 @@ bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) 
 }
 
 void wheel_service::retire(detail::wait_op* op, detail::wait_result result) noexcept {
-  op->result_ = result;
-  if (op->canceller_) {
-    op->canceller_->timer_ = nullptr;
-    op->canceller_ = nullptr;
-  }
+  settle(op, result);
   ready_.push(op);
 }
 
@@ -185,7 +190,7 @@ void wheel_service::move(detail::timer_state& to, detail::timer_state& from) noe
   wheel_.replace(from, to);
   to.waits.splice_back(from.waits);
   to.waits.for_each([&to](detail::wait_op* op) {
-    if (op->canceller_) op->canceller_->timer_ = &to;
+    if (detail::wait_canceller* c = op->canceller()) c->timer_ = &to;
   });
 }
 
@@ -251,11 +256,7 @@ void wheel_service::on_driver(std::uint64_t generation, const boost::system::err
       wheel_.remove(timer);  // out of `due`, idle again
       while (!timer.waits.empty()) {
         detail::wait_op* op = timer.waits.pop();
-        op->result_ = detail::wait_result::success;
-        if (op->canceller_) {
-          op->canceller_->timer_ = nullptr;
-          op->canceller_ = nullptr;
-        }
+        settle(op, detail::wait_result::success);
         fired.push(op);
         --stats_.pending;
         ++stats_.fired;
@@ -306,7 +307,7 @@ void wheel_service::shutdown() {
       wheel_.remove(timer);
       while (!timer.waits.empty()) {
         detail::wait_op* op = timer.waits.pop();
-        if (op->canceller_) op->canceller_->timer_ = nullptr;
+        settle(op, detail::wait_result::aborted);
         doomed.push(op);
       }
     }

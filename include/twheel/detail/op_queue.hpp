@@ -16,7 +16,7 @@ enum class wait_result : std::uint8_t { success, aborted, no_buffer_space };
 
 // One pending async_wait. The concrete operation (wait_ops.hpp) holds the handler; the
 // service only links, moves and completes these. Kept small: at a million timers every
-// byte of it is paid a million times.
+// byte of it is paid a million times, so the result shares a word with the canceller.
 class wait_op {
  public:
   // invoke = false destroys the handler without calling it (shutdown).
@@ -27,8 +27,21 @@ class wait_op {
   void complete() { func_(this, true); }
   void destroy() noexcept { func_(this, false); }
 
+  // The handler's cancellation slot handler while one refers to this wait.
+  wait_canceller* canceller() const noexcept {
+    return reinterpret_cast<wait_canceller*>(tag_ & ~result_mask);
+  }
+  void set_canceller(wait_canceller* c) noexcept {
+    tag_ = reinterpret_cast<std::uintptr_t>(c) | (tag_ & result_mask);
+  }
+
+  wait_result result() const noexcept { return static_cast<wait_result>(tag_ & result_mask); }
+  void set_result(wait_result r) noexcept {
+    tag_ = (tag_ & ~result_mask) | static_cast<std::uintptr_t>(r);
+  }
+
   boost::system::error_code error() const noexcept {
-    switch (result_) {
+    switch (result()) {
       case wait_result::success: return {};
       case wait_result::aborted: return boost::asio::error::operation_aborted;
       case wait_result::no_buffer_space: return boost::asio::error::no_buffer_space;
@@ -37,10 +50,10 @@ class wait_op {
   }
 
   wait_op* next_ = nullptr;
-  wait_canceller* canceller_ = nullptr;  // set while a cancellation slot refers to us
-  wait_result result_ = wait_result::success;
 
  private:
+  static constexpr std::uintptr_t result_mask = 3;  // wait_canceller is 8-byte aligned
+  std::uintptr_t tag_ = 0;
   func_type func_;
 };
 
