@@ -36,12 +36,7 @@ timing_wheel::timing_wheel(wheel_config config, duration start)
 timing_wheel::~timing_wheel() {
   // Leave entries idle so that their owners may still call remove() safely.
   wheel_entry_list all;
-  detach_all(all);
-  while (!all.empty()) {
-    wheel_entry& e = all.front();
-    all.pop_front();
-    e.where_ = detail::where_idle;
-  }
+  detach_all(all);  // and `all` leaves them idle
 }
 
 std::uint64_t timing_wheel::deadline_tick(duration deadline) const noexcept {
@@ -62,8 +57,8 @@ timing_wheel::duration timing_wheel::from_tick(std::uint64_t tick) const noexcep
 }
 
 void timing_wheel::unlink(wheel_entry& entry) noexcept {
-  using algo = wheel_entry_list::node_algorithms;
-  algo::unlink(wheel_entry_list::value_traits::to_node_ptr(entry));
+  using list = detail::slot_list<wheel_entry>;
+  list::node_algorithms::unlink(list::value_traits::to_node_ptr(entry));
 }
 
 void timing_wheel::file(wheel_entry& entry) noexcept {
@@ -129,9 +124,9 @@ bool timing_wheel::remove(wheel_entry& entry) noexcept {
 void timing_wheel::replace(wheel_entry& entry, wheel_entry& fresh) noexcept {
   assert(fresh.where_ == detail::where_idle);
   if (entry.where_ == detail::where_idle) return;
-  using algo = wheel_entry_list::node_algorithms;
-  algo::link_after(wheel_entry_list::value_traits::to_node_ptr(entry),
-                   wheel_entry_list::value_traits::to_node_ptr(fresh));
+  using list = detail::slot_list<wheel_entry>;
+  list::node_algorithms::link_after(list::value_traits::to_node_ptr(entry),
+                                    list::value_traits::to_node_ptr(fresh));
   unlink(entry);
   fresh.deadline_ = entry.deadline_;
   fresh.where_ = entry.where_;
@@ -191,7 +186,7 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     // Compare with the slot's start, not with target: entries due later than this slot
     // are re-filed so that a late advance still hands them out in deadline order.
     if (entry.deadline_ <= elapsed_) {
-      out.push_back(entry);
+      out.list_.push_back(entry);
       entry.where_ = detail::where_detached;
       --size_;
       ++detached;
@@ -217,7 +212,7 @@ std::size_t timing_wheel::detach_all(wheel_entry_list& out) noexcept {
     e.where_ = detail::where_detached;
     ++count;
   }
-  out.splice(out.end(), all);
+  out.list_.splice(out.list_.end(), all);
   size_ = 0;
   return count;
 }

@@ -252,8 +252,7 @@ void wheel_service::on_driver(std::uint64_t generation, const boost::system::err
     wheel_entry_list due;
     wheel_.advance(wheel_time(clock_type::now()), due, options_.max_per_pass);
     while (!due.empty()) {
-      auto& timer = static_cast<detail::timer_state&>(due.front());
-      wheel_.remove(timer);  // out of `due`, idle again
+      auto& timer = static_cast<detail::timer_state&>(due.pop_front());
       while (!timer.waits.empty()) {
         detail::wait_op* op = timer.waits.pop();
         settle(op, detail::wait_result::success);
@@ -303,8 +302,7 @@ void wheel_service::shutdown() {
     wheel_entry_list all;
     wheel_.detach_all(all);
     while (!all.empty()) {
-      auto& timer = static_cast<detail::timer_state&>(all.front());
-      wheel_.remove(timer);
+      auto& timer = static_cast<detail::timer_state&>(all.pop_front());
       while (!timer.waits.empty()) {
         detail::wait_op* op = timer.waits.pop();
         settle(op, detail::wait_result::aborted);

@@ -45,6 +45,7 @@
 namespace twheel {
 
 class timing_wheel;
+class wheel_entry_list;
 
 /// Configuration of a timing_wheel. Invalid values make the wheel's constructor throw
 /// std::invalid_argument naming the value.
@@ -81,14 +82,58 @@ class wheel_entry
 
  private:
   friend class timing_wheel;
+  friend class wheel_entry_list;
   std::uint64_t deadline_ = 0;
   std::uint16_t where_ = detail::where_idle;
 };
 
-/// The list advance() detaches due entries into. Not constant-time-size, so that an
-/// entry can be removed from it through the wheel without knowing the list.
-using wheel_entry_list =
-    boost::intrusive::list<wheel_entry, boost::intrusive::constant_time_size<false>>;
+/// The batch advance() detaches due entries into. Entries leave it through pop_front()
+/// or clear() (which make them idle again) or through timing_wheel::remove() (an owner
+/// cancelling an entry while its batch is being completed); destroying the batch makes the
+/// entries left in it idle. So an entry never keeps links into a batch it has left.
+class wheel_entry_list {
+  using list_type =
+      boost::intrusive::list<wheel_entry, boost::intrusive::constant_time_size<false>>;
+
+ public:
+  using iterator = list_type::iterator;
+  using const_iterator = list_type::const_iterator;
+
+  wheel_entry_list() noexcept = default;
+  wheel_entry_list(const wheel_entry_list&) = delete;
+  wheel_entry_list& operator=(const wheel_entry_list&) = delete;
+  ~wheel_entry_list() { clear(); }
+
+  bool empty() const noexcept { return list_.empty(); }
+  std::size_t size() const noexcept { return list_.size(); }  // O(n)
+  wheel_entry& front() noexcept { return list_.front(); }
+
+  /// Takes the first entry out; it is idle afterwards.
+  wheel_entry& pop_front() noexcept {
+    wheel_entry& e = list_.front();
+    list_.pop_front();
+    e.where_ = detail::where_idle;
+    return e;
+  }
+
+  void clear() noexcept {
+    while (!empty()) pop_front();
+  }
+
+  /// Moves `entry` from the batch `from` to the back of this one.
+  void splice_back(wheel_entry_list& from, wheel_entry& entry) noexcept {
+    list_.splice(list_.end(), from.list_, from.list_.iterator_to(entry));
+  }
+
+  iterator begin() noexcept { return list_.begin(); }
+  iterator end() noexcept { return list_.end(); }
+  const_iterator begin() const noexcept { return list_.begin(); }
+  const_iterator end() const noexcept { return list_.end(); }
+
+ private:
+  friend class timing_wheel;
+  list_type list_;
+};
 
 /// Counters that never drift: see the invariant tests.
 struct wheel_counters {

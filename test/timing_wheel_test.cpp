@@ -1,0 +1,1263 @@
+// Deterministic tests of twheel::timing_wheel, the pure data structure: time is moved by
+// hand (nanoseconds since the wheel's origin) and every advance() is checked for "never
+// early" and, where the test asks for it, deadline order.
+#define BOOST_TEST_MODULE timing_wheel
+#include <boost/test/unit_test.hpp>
+
+#include <twheel/timing_wheel.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using ns = std::chrono::nanoseconds;
+using twheel::timing_wheel;
+using twheel::wheel_config;
+using twheel::wheel_entry;
+using twheel::wheel_entry_list;
+
+struct item : twheel::wheel_entry {
+  int id = 0;
+};
+
+constexpr std::size_t unbounded = std::numeric_limits<std::size_t>::max();
+constexpr ns ns_max = ns::max();
+constexpr ns one_year = std::chrono::hours(24 * 365);
+
+std::uint64_t pow64(unsigned k) { return std::uint64_t{1} << (6 * k); }
+
+wheel_config make_config(ns tick, unsigned levels) {
+  wheel_config c;
+  c.tick = tick;
+  c.levels = levels;
+  return c;
+}
+
+// `count` ticks of `tick` as a duration (the tests keep this far from overflow).
+ns ticks(ns tick, std::uint64_t count) { return tick * static_cast<std::int64_t>(count); }
+
+std::vector<int> ids_of(const std::vector<item*>& v) {
+  std::vector<int> ids;
+  for (const item* e : v) ids.push_back(e->id);
+  return ids;
+}
+
+std::vector<item> make_items(std::size_t n) {
+  std::vector<item> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i].id = static_cast<int>(i);
+  return v;
+}
+
+// Tests declare their entries before the wheel: an entry must outlive the wheel it is in
+// (the wheel's destructor unlinks pending entries).
+//
+// A wheel plus the deadlines the test asked for. Every advance() goes through here: the
+// detached entries are taken out of the caller's list with remove() (the wheel's own way,
+// which leaves them idle) and checked to be neither early nor duplicated.
+class harness {
+ public:
+  explicit harness(wheel_config config = {}, ns start = ns::zero())
+      : wheel(config, start), latest_now_(start) {}
+
+  harness(const harness&) = delete;
+  harness& operator=(const harness&) = delete;
+
+  void insert(item& e, ns deadline) {
+    wheel.insert(e, deadline);
+    requested_[&e] = deadline;
+    BOOST_TEST(e.is_pending());
+    BOOST_TEST(!e.is_detached());
+    BOOST_TEST(e.deadline_tick() == wheel.deadline_tick(deadline));
+    check_counters();
+  }
+
+  void reschedule(item& e, ns deadline) {
+    wheel.reschedule(e, deadline);
+    requested_[&e] = deadline;
+    BOOST_TEST(e.is_pending());
+    BOOST_TEST(e.deadline_tick() == wheel.deadline_tick(deadline));
+    check_counters();
+  }
+
+  bool remove(item& e) {
+    const std::size_t size_before = wheel.size();
+    const std::uint64_t removed_before = wheel.counters().removed;
+    const bool was_pending = e.is_pending();
+    const bool r = wheel.remove(e);
+    BOOST_TEST(r == was_pending);
+    BOOST_TEST(!e.is_pending());
+    BOOST_TEST(!e.is_detached());
+    BOOST_TEST(wheel.size() == size_before - (r ? 1 : 0));
+    BOOST_TEST(wheel.counters().removed == removed_before + (r ? 1 : 0));
+    check_counters();
+    return r;
+  }
+
+  std::vector<item*> advance(ns now, std::size_t max_entries = unbounded,
+                             bool check_order = true) {
+    if (now > latest_now_) latest_now_ = now;
+    const std::size_t size_before = wheel.size();
+    const std::uint64_t expired_before = wheel.counters().expired;
+    wheel_entry_list out;
+    const std::size_t n = wheel.advance(now, out, max_entries);
+    std::vector<item*> got;
+    while (!out.empty()) {
+      auto& e = static_cast<item&>(out.front());
+      BOOST_TEST(e.is_detached());
+      BOOST_TEST(!e.is_pending());
+      BOOST_TEST(!wheel.remove(e));  // takes it out of `out`; it is idle now
+      BOOST_TEST(!e.is_detached());
+      got.push_back(&e);
+    }
+    BOOST_TEST(got.size() == n);
+    BOOST_TEST(n <= max_entries);
+    BOOST_TEST(wheel.size() == size_before - n);
+    BOOST_TEST(wheel.counters().expired == expired_before + n);
+    BOOST_TEST(std::set<item*>(got.begin(), got.end()).size() == got.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const item* e = got[i];
+      // Never early: neither by tick nor by the deadline that was asked for.
+      BOOST_TEST(e->deadline_tick() <= wheel.current_tick());
+      BOOST_TEST(requested_.at(e).count() <= latest_now_.count());
+      if (check_order && i > 0) BOOST_TEST(got[i - 1]->deadline_tick() <= e->deadline_tick());
+    }
+    check_counters();
+    return got;
+  }
+
+  std::vector<int> advance_ids(ns now, std::size_t max_entries = unbounded,
+                               bool check_order = true) {
+    return ids_of(advance(now, max_entries, check_order));
+  }
+
+  // inserted == removed + expired + size holds until detach_all() (which counts nothing).
+  void check_counters() {
+    if (!counters_exact_) return;
+    const auto& c = wheel.counters();
+    BOOST_TEST(c.inserted == c.removed + c.expired + wheel.size());
+  }
+
+  void counters_no_longer_exact() { counters_exact_ = false; }
+
+  timing_wheel wheel;
+
+ private:
+  std::unordered_map<const wheel_entry*, ns> requested_;
+  ns latest_now_;
+  bool counters_exact_ = true;
+};
+
+std::string what_of_invalid(wheel_config c) {
+  try {
+    timing_wheel w(c);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(config)
+
+BOOST_AUTO_TEST_CASE(invalid_configs_throw_naming_the_value) {
+  const std::string zero_tick = what_of_invalid(make_config(ns(0), 6));
+  BOOST_CHECK_MESSAGE(zero_tick.find("tick") != std::string::npos, zero_tick);
+  BOOST_CHECK_MESSAGE(zero_tick.find("got 0") != std::string::npos, zero_tick);
+
+  const std::string neg_tick = what_of_invalid(make_config(ns(-1234567), 6));
+  BOOST_CHECK_MESSAGE(neg_tick.find("-1234567") != std::string::npos, neg_tick);
+
+  const std::string zero_levels = what_of_invalid(make_config(1ms, 0));
+  BOOST_CHECK_MESSAGE(zero_levels.find("levels") != std::string::npos, zero_levels);
+  BOOST_CHECK_MESSAGE(zero_levels.find("got 0") != std::string::npos, zero_levels);
+
+  const std::string eleven = what_of_invalid(make_config(1ms, 11));
+  BOOST_CHECK_MESSAGE(eleven.find("11") != std::string::npos, eleven);
+
+  const std::string huge_levels = what_of_invalid(make_config(1ms, 4000000000u));
+  BOOST_CHECK_MESSAGE(huge_levels.find("4000000000") != std::string::npos, huge_levels);
+
+  BOOST_CHECK_THROW(timing_wheel{make_config(ns::min(), 6)}, std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(valid_configs_are_accepted) {
+  for (unsigned levels = 1; levels <= wheel_config::max_levels; ++levels) {
+    for (ns tick : {ns(1), ns(7), ns(1000), ns(1ms), ns(10ms), ns(std::chrono::hours(1)),
+                    ns_max}) {
+      timing_wheel w(make_config(tick, levels));
+      BOOST_TEST(w.levels() == levels);
+      BOOST_TEST(w.tick() == tick);
+      BOOST_TEST(w.empty());
+      BOOST_TEST(w.size() == 0u);
+      BOOST_TEST(!w.next_expiry().has_value());
+    }
+  }
+  timing_wheel def;
+  BOOST_TEST(def.tick() == ns(1ms));
+  BOOST_TEST(def.levels() == 6u);
+  BOOST_TEST(def.now() == ns::zero());
+}
+
+BOOST_AUTO_TEST_CASE(start_time_is_rounded_down) {
+  timing_wheel w({}, 1500us);
+  BOOST_TEST(w.current_tick() == 1u);
+  BOOST_TEST(w.now() == ns(1ms));
+  timing_wheel neg({}, -5ms);
+  BOOST_TEST(neg.current_tick() == 0u);
+  BOOST_TEST(neg.now() == ns::zero());
+}
+
+BOOST_AUTO_TEST_CASE(tick_conversions) {
+  timing_wheel w;
+  BOOST_TEST(w.deadline_tick(ns(0)) == 0u);
+  BOOST_TEST(w.deadline_tick(ns(-1)) == 0u);
+  BOOST_TEST(w.deadline_tick(ns::min()) == 0u);
+  BOOST_TEST(w.deadline_tick(ns(1)) == 1u);
+  BOOST_TEST(w.deadline_tick(1ms) == 1u);
+  BOOST_TEST(w.deadline_tick(1ms + ns(1)) == 2u);
+  BOOST_TEST(w.deadline_tick(1500us) == 2u);
+  BOOST_TEST(w.tick_of(ns(-1)) == 0u);
+  BOOST_TEST(w.tick_of(1999999ns) == 1u);
+  BOOST_TEST(w.tick_of(2ms) == 2u);
+  BOOST_TEST(w.deadline_tick(ns_max) == 9223372036855u);
+  BOOST_TEST(w.tick_of(ns_max) == 9223372036854u);
+  timing_wheel fine(make_config(ns(1), 10));
+  BOOST_TEST(fine.deadline_tick(ns_max) == std::uint64_t(ns_max.count()));
+  BOOST_TEST(fine.tick_of(ns_max) == std::uint64_t(ns_max.count()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(boundaries)
+
+namespace {
+
+// One entry at `deadline_tick` (absolute), a decoy one tick before it and one tick after.
+// path 0: jump from the start straight to deadline - 1 ns, then to the deadline.
+// path 1: to the previous tick, to deadline - 1 ns, then to the deadline.
+// path 2: every tick from the start to the previous one, then as path 1.
+void check_boundary(wheel_config cfg, std::uint64_t start_tick, std::uint64_t deadline_tick,
+                    int path) {
+  BOOST_TEST_CONTEXT("tick=" << cfg.tick.count() << "ns levels=" << cfg.levels << " start="
+                             << start_tick << " deadline=" << deadline_tick
+                             << " path=" << path) {
+    BOOST_REQUIRE(deadline_tick > start_tick);
+    const ns t = cfg.tick;
+    item e, before, after;
+    harness h(cfg, ticks(t, start_tick));
+    e.id = 1;
+    before.id = 2;
+    after.id = 3;
+    const ns d = ticks(t, deadline_tick);
+    h.insert(e, d);
+    h.insert(after, d + t);
+    const bool has_before = deadline_tick - 1 > start_tick;
+    if (has_before) h.insert(before, d - t);
+    const std::vector<int> before_ids = has_before ? std::vector<int>{2} : std::vector<int>{};
+
+    // next_expiry never after the earliest deadline.
+    auto ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    BOOST_TEST(ne->count() <= (has_before ? d - t : d).count());
+    BOOST_TEST(*ne > h.wheel.now());
+
+    if (path == 0) {
+      BOOST_TEST(h.advance_ids(d - ns(1)) == before_ids);
+    } else {
+      if (path == 2) {
+        // Raw calls (a Boost.Test assertion per step would dominate the run time).
+        bool quiet = true;
+        for (std::uint64_t k = start_tick + 1; k + 1 < deadline_tick && quiet; ++k) {
+          wheel_entry_list out;
+          quiet = h.wheel.advance(ticks(t, k), out) == 0 && out.empty() &&
+                  h.wheel.current_tick() == k;
+          const auto next = h.wheel.next_expiry();
+          quiet = quiet && next && next->count() <= (d - t).count() && *next > h.wheel.now();
+        }
+        BOOST_TEST(quiet);
+      }
+      BOOST_TEST(h.advance_ids(d - t) == before_ids);
+      BOOST_TEST(h.advance_ids(d - ns(1)).empty());
+    }
+    BOOST_TEST(e.is_pending());
+    BOOST_TEST(!before.is_pending());
+    ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    BOOST_TEST(ne->count() <= d.count());
+
+    BOOST_TEST(h.advance_ids(d) == std::vector<int>{1});
+    BOOST_TEST(!e.is_pending());
+    BOOST_TEST(after.is_pending());
+    BOOST_TEST(h.wheel.size() == 1u);
+    BOOST_TEST(h.advance_ids(d + t - ns(1)).empty());
+    BOOST_TEST(h.advance_ids(d + t) == std::vector<int>{3});
+    BOOST_TEST(h.wheel.empty());
+    BOOST_TEST(!h.wheel.next_expiry().has_value());
+  }
+}
+
+void check_all_boundaries(wheel_config cfg, unsigned max_k) {
+  for (unsigned k = 1; k <= max_k; ++k) {
+    const std::uint64_t b = pow64(k);
+    const std::vector<std::uint64_t> starts = {0, 37, b - 2, b - 1, pow64(k + 1) - 3,
+                                               5 * b + 17};
+    for (std::uint64_t s : starts) {
+      std::vector<std::uint64_t> deadlines = {s + b - 1, s + b, s + b + 1};
+      // Absolute boundaries too: the next multiple of 64^k after the start, +-1.
+      const std::uint64_t next = (s / b + 1) * b;
+      for (std::uint64_t d : {next - 1, next, next + 1, next + b})
+        if (d > s) deadlines.push_back(d);
+      for (std::uint64_t d : deadlines) {
+        check_boundary(cfg, s, d, 0);
+        check_boundary(cfg, s, d, 1);
+        if (d - s <= pow64(2) + 1) check_boundary(cfg, s, d, 2);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(default_config) { check_all_boundaries({}, 5); }
+BOOST_AUTO_TEST_CASE(tick_1us) { check_all_boundaries(make_config(1us, 6), 5); }
+BOOST_AUTO_TEST_CASE(tick_10ms) { check_all_boundaries(make_config(10ms, 6), 5); }
+BOOST_AUTO_TEST_CASE(tick_1ns) { check_all_boundaries(make_config(ns(1), 6), 5); }
+BOOST_AUTO_TEST_CASE(tick_1500ns_3_levels) {
+  check_all_boundaries(make_config(ns(1500), 3), 5);
+}
+// Few levels: most of these deadlines are beyond the top level's reach and get parked.
+BOOST_AUTO_TEST_CASE(levels_1) { check_all_boundaries(make_config(1ms, 1), 4); }
+BOOST_AUTO_TEST_CASE(levels_2) { check_all_boundaries(make_config(1ms, 2), 5); }
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(deadlines)
+
+BOOST_AUTO_TEST_CASE(rounding_up_to_the_tick) {
+  item a, b, c, d;
+  harness h;
+  a.id = 1;
+  b.id = 2;
+  c.id = 3;
+  d.id = 4;
+  h.insert(a, 1500us);     // 1.5 ticks: due at 2 ms
+  h.insert(b, ns(1));      // due at 1 ms
+  h.insert(c, 1ms);        // exactly on a tick: due at 1 ms
+  h.insert(d, 2ms + ns(1)); // due at 3 ms
+  BOOST_TEST(a.deadline_tick() == 2u);
+  BOOST_TEST(b.deadline_tick() == 1u);
+  BOOST_TEST(c.deadline_tick() == 1u);
+  BOOST_TEST(d.deadline_tick() == 3u);
+  BOOST_TEST(h.advance_ids(999999ns).empty());
+  BOOST_TEST(h.advance_ids(1ms) == (std::vector<int>{2, 3}));
+  BOOST_TEST(h.advance_ids(1999999ns).empty());
+  BOOST_TEST(h.advance_ids(2ms) == std::vector<int>{1});
+  BOOST_TEST(h.advance_ids(2ms + ns(1)).empty());
+  BOOST_TEST(h.advance_ids(3ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(3ms) == std::vector<int>{4});
+}
+
+BOOST_AUTO_TEST_CASE(rounding_with_a_jump) {
+  auto items = make_items(50);
+  harness h(make_config(10ms, 3));
+  std::mt19937_64 rng(7);
+  for (auto& e : items) h.insert(e, ns(static_cast<std::int64_t>(rng() % 5'000'000'000)));
+  // Jumps that end mid-tick: harness::advance checks that nothing comes out early.
+  std::size_t total = 0;
+  for (ns now = 3ms; now < 6s; now += 77777777ns) total += h.advance(now).size();
+  BOOST_TEST(total == 50u);
+}
+
+BOOST_AUTO_TEST_CASE(zero_and_past_deadlines_are_due_at_the_next_advance) {
+  auto items = make_items(6);
+  harness h({}, 100ms + 300us);
+  h.insert(items[0], ns::zero());
+  h.insert(items[1], -5ms);
+  h.insert(items[2], ns::min());
+  h.insert(items[3], 50ms);
+  h.insert(items[4], 100ms);             // the current tick's start
+  h.insert(items[5], 100ms + 300us);     // the current time, mid-tick: due at 101 ms
+  BOOST_TEST(items[5].deadline_tick() == 101u);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= h.wheel.now());
+  // Same `now` as the wheel's: the past ones come out.
+  BOOST_TEST(h.advance_ids(100ms + 300us, unbounded, false) == (std::vector<int>{0, 1, 2, 3, 4}));
+  BOOST_TEST(h.advance_ids(101ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(101ms) == std::vector<int>{5});
+
+  // Past deadlines inserted later, advance() at exactly the wheel's now().
+  h.insert(items[0], 101ms);
+  h.insert(items[1], ns(-1));
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= h.wheel.now());
+  BOOST_TEST(h.advance_ids(h.wheel.now(), unbounded, false) == (std::vector<int>{0, 1}));
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(past_deadline_with_an_earlier_now_still_comes_out) {
+  item e;
+  harness h({}, 1s);
+  h.insert(e, 10ms);
+  BOOST_TEST(h.advance(ns::zero()).size() == 1u);  // a now before the wheel's is its now
+  BOOST_TEST(h.wheel.now() == ns(1s));
+}
+
+BOOST_AUTO_TEST_CASE(far_deadline_years_ahead_default_config) {
+  item e, near;
+  harness h;
+  const ns far = 3 * one_year;  // beyond 64^6 ms (~2.18 years): parked in the top level
+  e.id = 1;
+  near.id = 2;
+  h.insert(e, far);
+  h.insert(near, 10ms);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns(10ms));
+  BOOST_TEST(h.advance_ids(10ms) == std::vector<int>{2});
+  // Large jumps of one day: never early, next_expiry never after the deadline.
+  for (ns now = std::chrono::hours(24); now < far; now += std::chrono::hours(24)) {
+    BOOST_TEST_REQUIRE(h.advance(now).empty());
+    ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    BOOST_TEST_REQUIRE(*ne <= far);
+    BOOST_TEST_REQUIRE(*ne > h.wheel.now());
+  }
+  BOOST_TEST(h.advance_ids(far - 1ms).empty());
+  BOOST_TEST(h.advance_ids(far - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(far) == std::vector<int>{1});
+  BOOST_TEST(h.wheel.empty());
+}
+
+BOOST_AUTO_TEST_CASE(far_deadline_one_jump_default_config) {
+  for (ns far : {ns(3 * one_year), ns(one_year), ns(10 * one_year), ns(100 * one_year)}) {
+    item e;
+    harness h;
+    h.insert(e, far);
+    BOOST_TEST(h.advance(far - 1ms).empty());
+    auto ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    BOOST_TEST(*ne <= far);
+    BOOST_TEST(h.advance(far - ns(1)).empty());
+    BOOST_TEST(h.advance(far).size() == 1u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(far_deadline_levels_1_small_steps_and_jumps) {
+  const std::uint64_t far_ticks = 1'000'000;  // ~15.6k rotations of a 64-slot wheel
+  const ns far = ticks(1ms, far_ticks);
+  {
+    item e, near;
+    harness h(make_config(1ms, 1));
+    e.id = 1;
+    near.id = 2;
+    h.insert(e, far);
+    h.insert(near, 5ms);
+    BOOST_TEST(h.advance_ids(5ms) == std::vector<int>{2});
+    bool ok = true;
+    for (std::uint64_t k = 6; k < far_ticks && ok; ++k) {
+      wheel_entry_list out;
+      ok = h.wheel.advance(ticks(1ms, k), out) == 0 && out.empty();
+      const auto ne = h.wheel.next_expiry();
+      ok = ok && ne.has_value() && *ne <= far && *ne > h.wheel.now();
+    }
+    BOOST_TEST(ok);
+    BOOST_TEST(h.advance_ids(far - ns(1)).empty());
+    BOOST_TEST(h.advance_ids(far) == std::vector<int>{1});
+  }
+  {
+    item e;
+    harness h(make_config(1ms, 1));
+    h.insert(e, far);
+    BOOST_TEST(h.advance(far - ns(1)).empty());
+    BOOST_TEST(e.is_pending());
+    BOOST_TEST(h.advance(far).size() == 1u);
+  }
+  {  // years with one level of 1 s ticks: 1.5M rotations in one jump
+    item e;
+    harness h(make_config(1s, 1));
+    const ns years = 3 * one_year;
+    h.insert(e, years);
+    BOOST_TEST(h.advance(years / 2).empty());
+    auto ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    BOOST_TEST(*ne <= years);
+    BOOST_TEST(h.advance(years - ns(1)).empty());
+    BOOST_TEST(h.advance(years).size() == 1u);
+  }
+  {  // years with two levels of 1 ms
+    item e;
+    harness h(make_config(1ms, 2));
+    const ns years = 3 * one_year;
+    h.insert(e, years);
+    for (ns now = 17 * std::chrono::hours(24); now < years; now += 17 * std::chrono::hours(24)) {
+      BOOST_TEST_REQUIRE(h.advance(now).empty());
+      const auto ne = h.wheel.next_expiry();
+      BOOST_TEST_REQUIRE(ne.has_value());
+      BOOST_TEST_REQUIRE(*ne <= years);
+    }
+    BOOST_TEST(h.advance(years - ns(1)).empty());
+    BOOST_TEST(h.advance(years).size() == 1u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(deadline_max_with_1ns_tick) {
+  item e, near;
+  harness h(make_config(ns(1), 10));
+  e.id = 1;
+  near.id = 2;
+  h.insert(e, ns_max);
+  h.insert(near, ns_max - 1s);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns_max - 1s);
+  BOOST_TEST(h.advance_ids(ns_max / 2).empty());
+  BOOST_TEST(h.advance_ids(ns_max - 1s - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(ns_max - 1s) == std::vector<int>{2});
+  BOOST_TEST(h.advance_ids(ns_max - ns(1)).empty());
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns_max);
+  BOOST_TEST(h.advance_ids(ns_max) == std::vector<int>{1});
+}
+
+BOOST_AUTO_TEST_CASE(deadline_max_default_config_never_early) {
+  item e;
+  harness h;
+  h.insert(e, ns_max);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns_max);
+  BOOST_TEST(h.advance(3 * one_year).empty());
+  BOOST_TEST(h.advance(ns_max / 2).empty());
+  BOOST_TEST(h.advance(ns_max - 1ms).empty());
+  BOOST_TEST(h.advance(ns_max - ns(1)).empty());
+  BOOST_TEST(e.is_pending());
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns_max);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(top_level)
+
+// Regression tests for a bug found with these tests (next_slot() has been fixed since).
+// A deadline beyond the top level's reach is parked at elapsed + reach, whose top digit is
+// the current one (whenever the current tick is not a multiple of the top slot span). That
+// slot belongs to the next rotation, but next_slot() used to find it at distance 0 and
+// report it (start += level_span) before the occupied slots ahead of it in the current
+// rotation, so their entries were detached a whole rotation late. With the default config:
+// a 30-day timer next to a 3-year timer fired after ~2.2 years.
+BOOST_AUTO_TEST_CASE(parked_entry_does_not_delay_top_level_entries_default_config) {
+  item far, mid;
+  far.id = 1;
+  mid.id = 2;
+  const ns days30 = std::chrono::hours(24 * 30);
+  {
+    harness h({}, 37ms);
+    h.insert(far, 3 * one_year);
+    h.insert(mid, days30);
+    auto ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    BOOST_TEST(ne->count() <= days30.count());  // was ~2.18 years
+    BOOST_TEST(h.advance_ids(days30 - ns(1)).empty());
+    BOOST_TEST(h.advance_ids(days30) == std::vector<int>{2});  // was not detached
+    BOOST_TEST(mid.is_detached() == false);
+    h.remove(mid);
+    h.remove(far);
+  }
+  {  // Moving in steps of an hour, like a driver would. 15 days is in the top slot right
+     // after the current one (a top slot spans 64^5 ms, ~12.4 days): once the wheel's time
+     // enters that slot it is the current one and is taken for the next rotation's.
+    const ns days15 = std::chrono::hours(24 * 15);
+    harness h({}, 37ms);
+    h.insert(far, 3 * one_year);
+    h.insert(mid, days15);
+    std::vector<int> got;
+    for (ns now = std::chrono::hours(1); now <= days30; now += std::chrono::hours(1)) {
+      const auto ids = h.advance_ids(now);
+      got.insert(got.end(), ids.begin(), ids.end());
+    }
+    BOOST_TEST(got == std::vector<int>{2});  // was: nothing detached in 30 days
+    h.remove(mid);
+    h.remove(far);
+  }
+}
+
+// The same with 2 levels of 1 ms (reach 4095 ticks): an entry 100 ms ahead, next to one
+// parked 10 s ahead, was detached at 4160 ms instead of 100 ms.
+BOOST_AUTO_TEST_CASE(parked_entry_does_not_delay_top_level_entries_two_levels) {
+  item far, mid;
+  far.id = 1;
+  mid.id = 2;
+  harness h(make_config(1ms, 2), 1ms);
+  h.insert(far, 10s);
+  h.insert(mid, 100ms);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() <= ns(100ms).count());  // was 4096 ms
+  BOOST_TEST(h.advance_ids(100ms) == std::vector<int>{2});  // was detached at 4160 ms
+  BOOST_TEST(h.advance_ids(10s - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(10s) == std::vector<int>{1});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(reschedule)
+
+BOOST_AUTO_TEST_CASE(later_is_lazy) {
+  item e, other;
+  harness h;
+  e.id = 1;
+  other.id = 2;
+  h.insert(e, 10ms);   // level 0: no cascading of its own
+  h.insert(other, 15ms);
+  BOOST_TEST(h.wheel.counters().cascaded == 0u);
+  const auto inserted = h.wheel.counters().inserted;
+  const auto removed = h.wheel.counters().removed;
+  h.reschedule(e, 20ms);
+  // Stored only: not removed and re-inserted.
+  BOOST_TEST(h.wheel.counters().inserted == inserted);
+  BOOST_TEST(h.wheel.counters().removed == removed);
+  BOOST_TEST(e.deadline_tick() == 20u);
+  BOOST_TEST(h.wheel.counters().cascaded == 0u);
+  // The old slot comes due: the entry is re-filed, not detached.
+  BOOST_TEST(h.advance_ids(10ms).empty());
+  BOOST_TEST(h.wheel.counters().cascaded == 1u);
+  BOOST_TEST(e.is_pending());
+  BOOST_TEST(h.advance_ids(15ms) == std::vector<int>{2});
+  BOOST_TEST(h.advance_ids(20ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(20ms) == std::vector<int>{1});
+  BOOST_TEST(h.wheel.counters().cascaded == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(later_across_levels_and_jumping) {
+  item e;
+  harness h;
+  e.id = 1;
+  h.insert(e, 100ms);
+  h.reschedule(e, 5000ms);
+  h.reschedule(e, 300s);  // later again
+  BOOST_TEST(h.advance_ids(100ms).empty());
+  BOOST_TEST(h.advance_ids(5000ms).empty());
+  BOOST_TEST(h.advance_ids(300s - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(300s) == std::vector<int>{1});
+  // And once more in a single jump from the start.
+  harness j;
+  j.insert(e, 100ms);
+  j.reschedule(e, 300s);
+  BOOST_TEST(j.advance_ids(300s - ns(1)).empty());
+  BOOST_TEST(j.advance_ids(300s) == std::vector<int>{1});
+}
+
+BOOST_AUTO_TEST_CASE(later_while_waiting_in_the_due_list) {
+  item e;
+  harness h({}, 50ms);
+  e.id = 1;
+  h.insert(e, 10ms);        // past: waits in the due list
+  h.reschedule(e, 70ms);    // later: stored only
+  BOOST_TEST(h.advance_ids(50ms).empty());
+  BOOST_TEST(e.is_pending());
+  BOOST_TEST(h.advance_ids(70ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(70ms) == std::vector<int>{1});
+}
+
+BOOST_AUTO_TEST_CASE(same_deadline_is_a_no_op) {
+  item e;
+  harness h;
+  h.insert(e, 10ms);
+  h.reschedule(e, 10ms);
+  h.reschedule(e, 9500us);  // same tick
+  BOOST_TEST(h.advance(10ms - ns(1)).empty());
+  BOOST_TEST(h.advance(10ms).size() == 1u);
+  BOOST_TEST(h.wheel.counters().cascaded == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(earlier_refiles) {
+  item e, other;
+  harness h;
+  e.id = 1;
+  other.id = 2;
+  h.insert(e, 5000ms);
+  h.insert(other, 80ms);
+  h.reschedule(e, 70ms);
+  BOOST_TEST(e.deadline_tick() == 70u);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns(70ms));
+  BOOST_TEST(h.advance_ids(70ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(70ms) == std::vector<int>{1});
+  BOOST_TEST(h.advance_ids(5000ms) == std::vector<int>{2});
+  // Earlier into the past: due at the next advance, even with the same now.
+  h.insert(e, 10s);
+  h.reschedule(e, 1ms);
+  BOOST_TEST(h.advance_ids(5000ms, unbounded, false) == std::vector<int>{1});
+  // Earlier while parked (3 years, default config).
+  h.insert(e, 3 * one_year);
+  h.reschedule(e, 6s);
+  BOOST_TEST(h.advance_ids(6s - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(6s) == std::vector<int>{1});
+}
+
+BOOST_AUTO_TEST_CASE(of_idle_or_detached_inserts) {
+  item e, f;
+  harness h;
+  e.id = 1;
+  f.id = 2;
+  h.reschedule(e, 3ms);  // idle: inserted
+  BOOST_TEST(e.is_pending());
+  h.insert(f, 3ms);
+  wheel_entry_list out;
+  BOOST_TEST(h.wheel.advance(3ms, out) == 2u);
+  BOOST_TEST(e.is_detached());
+  // reschedule() and insert() of a detached entry take it out of the caller's list.
+  h.reschedule(e, 9ms);
+  BOOST_TEST(&out.front() == static_cast<wheel_entry*>(&f));
+  h.insert(f, 8ms);
+  BOOST_TEST(out.empty());
+  BOOST_TEST(h.advance_ids(9ms) == (std::vector<int>{2, 1}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(advance)
+
+BOOST_AUTO_TEST_CASE(bounded_same_tick) {
+  auto items = make_items(100);
+  harness h;
+  for (auto& e : items) h.insert(e, 5ms);
+  std::vector<int> all;
+  for (int call = 0; call < 10; ++call) {
+    const auto got = h.advance_ids(5ms, 10);
+    BOOST_TEST(got.size() == 10u);
+    all.insert(all.end(), got.begin(), got.end());
+    BOOST_TEST(h.wheel.size() == 100u - all.size());
+    auto ne = h.wheel.next_expiry();
+    if (call < 9) {
+      BOOST_TEST_REQUIRE(ne.has_value());
+      BOOST_TEST(*ne <= ns(5ms));
+    }
+  }
+  BOOST_TEST(h.advance_ids(5ms, 10).empty());
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+  std::vector<int> expect(100);
+  for (int i = 0; i < 100; ++i) expect[i] = i;
+  BOOST_TEST(all == expect);  // same tick: in insertion order here, and each once
+}
+
+BOOST_AUTO_TEST_CASE(bounded_past_entries) {
+  auto items = make_items(100);
+  harness h({}, 1s);
+  for (auto& e : items) h.insert(e, ns(e.id) * 1000);
+  std::set<int> seen;
+  for (int call = 0; call < 10; ++call) {
+    const auto got = h.advance_ids(1s, 10, false);
+    BOOST_TEST(got.size() == 10u);
+    for (int id : got) BOOST_TEST(seen.insert(id).second);
+    BOOST_TEST(h.wheel.size() == 100u - seen.size());
+  }
+  BOOST_TEST(seen.size() == 100u);
+  BOOST_TEST(h.wheel.empty());
+}
+
+BOOST_AUTO_TEST_CASE(bounded_distinct_ticks_across_levels) {
+  for (std::size_t bound : {std::size_t{1}, std::size_t{3}, std::size_t{10}}) {
+    auto items = make_items(100);
+    harness h;
+    // Ticks 1..100 cross the level-0/level-1 boundary at 64: the slot of 64..127 cascades.
+    for (auto& e : items) h.insert(e, ticks(1ms, static_cast<std::uint64_t>(e.id) + 1));
+    std::vector<int> all;
+    int calls = 0;
+    for (;;) {
+      const auto got = h.advance_ids(100ms, bound);
+      ++calls;
+      BOOST_TEST(got.size() <= bound);
+      all.insert(all.end(), got.begin(), got.end());
+      BOOST_TEST(h.wheel.size() == 100u - all.size());
+      const auto ne = h.wheel.next_expiry();
+      if (got.empty() && (!ne || *ne > ns(100ms))) break;
+      BOOST_TEST_REQUIRE(calls < 1000);
+    }
+    std::vector<int> expect(100);
+    for (int i = 0; i < 100; ++i) expect[i] = i;
+    BOOST_TEST(all == expect);  // in deadline order, each once
+    BOOST_TEST(h.wheel.empty());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bounded_zero_does_nothing) {
+  item e;
+  harness h;
+  h.insert(e, 1ms);
+  BOOST_TEST(h.advance(5ms, 0).empty());
+  BOOST_TEST(e.is_pending());
+  BOOST_TEST(h.advance(5ms).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(one_jump_is_in_deadline_order) {
+  for (unsigned levels : {6u, 3u, 2u, 1u}) {
+    for (std::uint64_t spread : {pow64(2), pow64(3), pow64(4) + 5}) {
+      if (levels == 1 && spread > pow64(3)) continue;  // parked: each rotation re-files
+      BOOST_TEST_CONTEXT("levels=" << levels << " spread=" << spread) {
+        auto items = make_items(300);
+        item b1, b2, b3;  // entries outlive the wheel
+        harness h(make_config(1ms, levels), 123ms);
+        std::mt19937_64 rng(levels * 1000 + spread);
+        std::set<std::uint64_t> used;
+        for (auto& e : items) {
+          std::uint64_t d;
+          do d = 124 + rng() % spread;
+          while (!used.insert(d).second);
+          h.insert(e, ticks(1ms, d));
+        }
+        // Exact level boundaries as well.
+        b1.id = 1001;
+        b2.id = 1002;
+        b3.id = 1003;
+        std::uint64_t last = 124 + spread;
+        for (auto* b : {&b1, &b2, &b3}) {
+          const std::uint64_t d = 3 * pow64(static_cast<unsigned>(b->id - 1000));
+          if (used.insert(d).second) h.insert(*b, ticks(1ms, d));
+          last = std::max(last, d);
+        }
+        const std::size_t n = h.wheel.size();
+        const auto got = h.advance(ticks(1ms, last + 1));  // checks the order
+        BOOST_TEST(got.size() == n);
+        BOOST_TEST(h.wheel.empty());
+        for (std::size_t i = 1; i < got.size(); ++i)
+          BOOST_TEST(got[i - 1]->deadline_tick() < got[i]->deadline_tick());
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(time_never_moves_backwards) {
+  item a, b, c;
+  harness h;
+  a.id = 1;
+  b.id = 2;
+  h.insert(a, 60ms);
+  h.insert(b, 120ms);
+  BOOST_TEST(h.advance_ids(100ms) == std::vector<int>{1});
+  BOOST_TEST(h.wheel.now() == ns(100ms));
+  const auto counters = h.wheel.counters();
+  BOOST_TEST(h.advance_ids(50ms).empty());
+  BOOST_TEST(h.advance_ids(-1s).empty());
+  BOOST_TEST(h.advance_ids(ns::min()).empty());
+  BOOST_TEST(h.wheel.now() == ns(100ms));
+  BOOST_TEST(h.wheel.counters().cascaded == counters.cascaded);
+  BOOST_TEST(h.wheel.counters().expired == counters.expired);
+  BOOST_TEST(b.is_pending());
+  // A deadline between the earlier now and the wheel's now is in the past.
+  c.id = 3;
+  h.insert(c, 70ms);
+  BOOST_TEST(h.advance_ids(60ms, unbounded, false) == std::vector<int>{3});
+  BOOST_TEST(h.advance_ids(120ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(120ms) == std::vector<int>{2});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(completion)
+
+BOOST_AUTO_TEST_CASE(remove_while_completing_a_batch) {
+  item a, b, c;
+  timing_wheel w;
+  a.id = 1;
+  b.id = 2;
+  c.id = 3;
+  w.insert(a, 5ms);
+  w.insert(b, 6ms);
+  w.insert(c, 7ms);
+  wheel_entry_list out;
+  BOOST_TEST(w.advance(10ms, out) == 3u);
+  BOOST_TEST(w.size() == 0u);
+  const auto counters = w.counters();
+  std::vector<int> seen;
+  while (!out.empty()) {
+    auto& e = static_cast<item&>(out.front());
+    out.pop_front();  // the plain list operation
+    seen.push_back(e.id);
+    if (e.id == 1) {
+      // A's completion cancels C, which sits further down the same batch.
+      BOOST_TEST(c.is_detached());
+      BOOST_TEST(!w.remove(c));
+      BOOST_TEST(!c.is_detached());
+      BOOST_TEST(!c.is_pending());
+      BOOST_TEST(w.size() == 0u);
+      BOOST_TEST(w.counters().removed == counters.removed);
+    }
+  }
+  BOOST_TEST(seen == (std::vector<int>{1, 2}));
+  item idle;
+  BOOST_TEST(!w.remove(idle));
+  BOOST_TEST(!w.remove(c));  // removed already: idle
+  BOOST_TEST(w.counters().removed == counters.removed);
+}
+
+BOOST_AUTO_TEST_CASE(remove_while_completing_with_remove_as_pop) {
+  auto items = make_items(10);
+  item later;
+  harness h;
+  for (auto& e : items) h.insert(e, 3ms);
+  later.id = 99;
+  h.insert(later, 50ms);
+  wheel_entry_list out;
+  BOOST_TEST(h.wheel.advance(3ms, out) == 10u);
+  std::vector<int> seen;
+  while (!out.empty()) {
+    auto& e = static_cast<item&>(out.front());
+    BOOST_TEST(!h.wheel.remove(e));
+    seen.push_back(e.id);
+    if (e.id == 2) {  // cancels 5 and 9 (still in the batch) and the pending `later`
+      BOOST_TEST(!h.wheel.remove(items[5]));
+      BOOST_TEST(!h.wheel.remove(items[9]));
+      BOOST_TEST(h.wheel.size() == 1u);
+      BOOST_TEST(h.wheel.remove(later));
+      BOOST_TEST(h.wheel.size() == 0u);
+    }
+  }
+  BOOST_TEST(seen == (std::vector<int>{0, 1, 2, 3, 4, 6, 7, 8}));
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+  BOOST_TEST(h.advance(1s).empty());
+}
+
+BOOST_AUTO_TEST_CASE(insert_while_completing_a_batch) {
+  item a, b, x;
+  harness h({}, 40ms);
+  a.id = 1;
+  b.id = 2;
+  x.id = 3;
+  h.insert(a, 45ms);
+  h.insert(b, 46ms);
+  wheel_entry_list out;
+  BOOST_TEST(h.wheel.advance(50ms, out) == 2u);
+  std::vector<int> seen;
+  while (!out.empty()) {
+    auto& e = static_cast<item&>(out.front());
+    BOOST_TEST(!h.wheel.remove(e));
+    seen.push_back(e.id);
+    if (e.id == 1) h.insert(x, h.wheel.now());  // due now, but not in this batch
+  }
+  BOOST_TEST(seen == (std::vector<int>{1, 2}));
+  BOOST_TEST(x.is_pending());
+  const auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= h.wheel.now());
+  BOOST_TEST(h.advance_ids(50ms) == std::vector<int>{3});
+}
+
+BOOST_AUTO_TEST_CASE(reinsert_while_completing_a_batch) {
+  // The periodic-timer pattern: each completion re-arms its own entry.
+  auto items = make_items(3);
+  harness h;
+  for (auto& e : items) h.insert(e, 10ms);
+  for (int round = 1; round <= 5; ++round) {
+    wheel_entry_list out;
+    BOOST_TEST(h.wheel.advance(ticks(10ms, round), out) == 3u);
+    int n = 0;
+    while (!out.empty()) {
+      auto& e = static_cast<item&>(out.front());
+      h.wheel.insert(e, ticks(10ms, round + 1));  // takes it out of `out`
+      BOOST_TEST(e.is_pending());
+      ++n;
+    }
+    BOOST_TEST(n == 3);
+    BOOST_TEST(h.wheel.size() == 3u);
+  }
+}
+
+// An entry taken off its batch with pop_front() is idle: a later remove() of it (its owner
+// cancelling after the batch moved on) must not touch the batch. (Found when the batch
+// was a plain intrusive list and popped entries kept stale links.)
+BOOST_AUTO_TEST_CASE(remove_after_pop_front_leaves_the_batch_alone) {
+  item a, b, c;
+  timing_wheel w;
+  a.id = 1;
+  b.id = 2;
+  c.id = 3;
+  w.insert(a, 1ms);
+  w.insert(b, 1ms);
+  w.insert(c, 1ms);
+  wheel_entry_list out;
+  BOOST_TEST(w.advance(1ms, out) == 3u);
+  out.pop_front();  // A completes
+  out.pop_front();  // B completes
+  BOOST_TEST(!w.remove(a));  // A is not pending: nothing else may change
+  BOOST_TEST(!out.empty());
+  BOOST_TEST(&out.front() == static_cast<wheel_entry*>(&c));
+  out.clear();
+}
+
+// Same through insert(): a popped entry re-armed after its batch moved on.
+BOOST_AUTO_TEST_CASE(insert_after_pop_front_leaves_the_batch_alone) {
+  item a, b, c;
+  timing_wheel w;
+  a.id = 1;
+  b.id = 2;
+  c.id = 3;
+  w.insert(a, 1ms);
+  w.insert(b, 1ms);
+  w.insert(c, 1ms);
+  wheel_entry_list out;
+  BOOST_TEST(w.advance(1ms, out) == 3u);
+  out.pop_front();  // A completes, its owner re-arms it only after B completed
+  out.pop_front();  // B completes
+  w.insert(a, 10ms);
+  BOOST_TEST(&out.front() == static_cast<wheel_entry*>(&c));
+  out.clear();
+  w.remove(a);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(removal)
+
+BOOST_AUTO_TEST_CASE(remove_pending_from_every_level_and_the_due_list) {
+  auto items = make_items(8);
+  harness h({}, 1s);
+  const std::vector<ns> deadlines = {1s + 5ms,                         // level 0
+                                     1s + 100ms,                       // level 1
+                                     1s + 5000ms,                      // level 2
+                                     1s + 300s,                        // level 3
+                                     1s + ns(std::chrono::hours(10)),  // level 4
+                                     1s + ns(std::chrono::hours(24 * 100)),  // level 5
+                                     3 * one_year,                     // parked
+                                     500ms};                           // past: due list
+  for (std::size_t i = 0; i < items.size(); ++i) h.insert(items[i], deadlines[i]);
+  BOOST_TEST(h.wheel.size() == 8u);
+  for (std::size_t i : {1u, 3u, 5u, 7u, 6u}) {
+    BOOST_TEST(h.remove(items[i]));
+    BOOST_TEST(!h.remove(items[i]));  // idle now
+  }
+  BOOST_TEST(h.wheel.size() == 3u);
+  BOOST_TEST(h.wheel.counters().removed == 5u);
+  BOOST_TEST(h.advance_ids(3 * one_year) == (std::vector<int>{0, 2, 4}));
+  BOOST_TEST(h.wheel.empty());
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+  BOOST_TEST(h.wheel.counters().inserted == 8u);
+  BOOST_TEST(h.wheel.counters().expired == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(remove_everything_leaves_no_occupied_slot) {
+  auto items = make_items(200);
+  harness h;
+  std::mt19937_64 rng(99);
+  for (auto& e : items) h.insert(e, ns(static_cast<std::int64_t>(rng() % (1ull << 45))));
+  for (auto& e : items) BOOST_TEST(h.remove(e));
+  BOOST_TEST(h.wheel.empty());
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+  BOOST_TEST(h.advance(100 * one_year).empty());
+  BOOST_TEST(h.wheel.counters().cascaded == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(remove_from_the_due_list_after_a_bounded_advance) {
+  auto items = make_items(10);
+  harness h;
+  for (auto& e : items) h.insert(e, 70ms);  // all in the level-1 slot of 64..127
+  // The slot is taken into the due list; 3 entries are examined (and re-filed), 7 wait.
+  BOOST_TEST(h.advance(100ms, 3).empty());
+  BOOST_TEST(h.wheel.counters().cascaded == 3u);
+  BOOST_TEST(h.remove(items[8]));
+  BOOST_TEST(h.remove(items[9]));
+  BOOST_TEST(h.remove(items[0]));  // one of the re-filed ones
+  BOOST_TEST(h.wheel.size() == 7u);
+  BOOST_TEST(h.wheel.counters().removed == 3u);
+  const auto got = h.advance_ids(100ms);
+  BOOST_TEST(got.size() == 7u);
+  for (int id : got) BOOST_TEST((id != 0 && id != 8 && id != 9));
+  BOOST_TEST(h.wheel.empty());
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+}
+
+BOOST_AUTO_TEST_CASE(remove_of_past_entries_waiting_in_the_due_list) {
+  auto items = make_items(5);
+  harness h({}, 1s);
+  for (auto& e : items) h.insert(e, ns::zero());
+  BOOST_TEST(h.remove(items[2]));
+  BOOST_TEST(h.remove(items[4]));
+  BOOST_TEST(h.advance_ids(1s, unbounded, false) == (std::vector<int>{0, 1, 3}));
+  BOOST_TEST(h.wheel.counters().removed == 2u);
+  BOOST_TEST(h.wheel.counters().expired == 3u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(expiry)
+
+BOOST_AUTO_TEST_CASE(next_expiry_follows_the_entries) {
+  item a, b, c;
+  harness h({}, 7ms);
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+  a.id = 1;
+  b.id = 2;
+  c.id = 3;
+  h.insert(c, 7000ms);
+  h.insert(b, 300ms);
+  h.insert(a, 20ms);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns(20ms));
+  BOOST_TEST(*ne > h.wheel.now());
+  // Advancing to just before next_expiry() detaches nothing.
+  BOOST_TEST(h.advance(*ne - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(20ms) == std::vector<int>{1});
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne > ns(20ms));
+  BOOST_TEST(*ne <= ns(300ms));
+  // Follow next_expiry() like a driver would: nothing is ever early, nothing is skipped.
+  std::vector<int> got;
+  int wakeups = 0;
+  while ((ne = h.wheel.next_expiry())) {
+    BOOST_TEST_REQUIRE(++wakeups < 100);
+    BOOST_TEST(*ne > h.wheel.now());
+    const auto ids = h.advance_ids(*ne);
+    got.insert(got.end(), ids.begin(), ids.end());
+  }
+  BOOST_TEST(got == (std::vector<int>{2, 3}));
+  BOOST_TEST(h.wheel.now() == ns(7000ms));
+}
+
+BOOST_AUTO_TEST_CASE(next_expiry_with_lazy_entries_is_never_after_them) {
+  item e;
+  harness h;
+  h.insert(e, 100ms);
+  h.reschedule(e, 2000ms);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns(100ms));  // the old slot
+  int wakeups = 0;
+  while (e.is_pending()) {
+    BOOST_TEST_REQUIRE(++wakeups < 20);
+    ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    BOOST_TEST(*ne <= ns(2000ms));
+    h.advance(*ne);
+  }
+  BOOST_TEST(h.wheel.now() == ns(2000ms));
+}
+
+BOOST_AUTO_TEST_CASE(next_expiry_when_something_is_due) {
+  item e;
+  harness h({}, 1s);
+  h.insert(e, 2s);
+  wheel_entry_list out;
+  h.wheel.advance(3s, out, 0);  // bounded to nothing: e is due but not taken
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(*ne <= ns(3s));
+  BOOST_TEST(h.advance(3s).size() == 1u);
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(shutdown)
+
+BOOST_AUTO_TEST_CASE(detach_all_takes_everything) {
+  auto items = make_items(6);
+  harness h({}, 1s);
+  h.insert(items[0], ns::zero());          // due list
+  h.insert(items[1], 1s + 3ms);
+  h.insert(items[2], 1s + 500ms);
+  h.insert(items[3], 1s + 3000s);
+  h.insert(items[4], 5 * one_year);        // parked
+  h.insert(items[5], 1s + 1ms);
+  wheel_entry_list out;
+  BOOST_TEST(h.wheel.detach_all(out) == 6u);
+  h.counters_no_longer_exact();  // detach_all() counts nothing
+  BOOST_TEST(h.wheel.size() == 0u);
+  BOOST_TEST(h.wheel.empty());
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+  std::set<int> seen;
+  for (auto& e : out) {
+    BOOST_TEST(e.is_detached());
+    seen.insert(static_cast<item&>(e).id);
+  }
+  BOOST_TEST(seen.size() == 6u);
+  for (auto& e : items) BOOST_TEST(!h.wheel.remove(e));  // out of `out`, idle
+  BOOST_TEST(out.empty());
+  for (auto& e : items) BOOST_TEST(!e.is_pending());
+  BOOST_TEST(h.advance(10 * one_year).empty());
+  BOOST_TEST(h.wheel.detach_all(out) == 0u);
+  // The wheel still works.
+  h.insert(items[0], 10 * one_year + 1ms);
+  BOOST_TEST(h.advance(10 * one_year + 1ms).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(destruction_leaves_entries_idle) {
+  auto items = make_items(5);
+  wheel_entry_list out;
+  {
+    timing_wheel w({}, 1s);
+    w.insert(items[0], ns::zero());  // due list
+    w.insert(items[1], 2s);
+    w.insert(items[2], 3 * one_year);
+    w.insert(items[3], 1s + 1ms);
+    w.insert(items[4], 1s + 1ms);
+    BOOST_TEST(w.advance(1s + 1ms, out) == 3u);  // 0, 3 and 4; 1 and 2 stay pending
+  }
+  // Pending ones are idle now; detached ones are still in the caller's list.
+  timing_wheel other;
+  int in_out = 0;
+  for (auto& e : out) {
+    BOOST_TEST(e.is_detached());
+    ++in_out;
+  }
+  BOOST_TEST(in_out == 3);
+  BOOST_TEST(!items[1].is_pending());
+  BOOST_TEST(!items[2].is_pending());
+  BOOST_TEST(!items[1].is_detached());
+  BOOST_TEST(!other.remove(items[1]));
+  BOOST_TEST(!other.remove(items[2]));
+  for (auto& e : items) other.remove(e);  // takes the detached ones out of `out`
+  BOOST_TEST(out.empty());
+  BOOST_TEST(other.size() == 0u);
+  // And they can be used again.
+  other.insert(items[1], 1ms);
+  wheel_entry_list out2;
+  BOOST_TEST(other.advance(1ms, out2) == 1u);
+  other.remove(items[1]);
+}
+
+BOOST_AUTO_TEST_CASE(destruction_mid_bounded_advance) {
+  auto items = make_items(20);
+  {
+    timing_wheel w;
+    for (auto& e : items) w.insert(e, 70ms);
+    wheel_entry_list out;
+    BOOST_TEST(w.advance(100ms, out, 5) == 0u);  // 15 wait in the due list
+    BOOST_TEST(w.size() == 20u);
+  }
+  for (auto& e : items) {
+    BOOST_TEST(!e.is_pending());
+    BOOST_TEST(!e.is_detached());
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
