@@ -167,8 +167,10 @@ class basic_waitable_timer {
 
   void wait(boost::system::error_code& ec) {
     ec.clear();
+    // expiry_ - now cannot overflow while now < expiry_ (WaitTraits::to_wait_duration
+    // can: it adds duration::max() to now).
     for (time_point now = clock_type::now(); now < expiry_; now = clock_type::now()) {
-      std::this_thread::sleep_for(WaitTraits::to_wait_duration(expiry_));
+      std::this_thread::sleep_for(expiry_ - now);
     }
   }
 

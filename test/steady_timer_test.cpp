@@ -1,0 +1,1802 @@
+// steady_timer_test.cpp: conformance suite for twheel::steady_timer.
+//
+// Every test case is a template run against boost::asio::steady_timer AND
+// twheel::steady_timer, so each expectation below is first proven to be Asio's own
+// behaviour and then required of twheel. Nothing twheel-specific may appear in this file:
+// the timer type is only ever spelled `Timer`.
+//
+// Timing rules: deadlines are a few ms; handlers may run late (twheel has 1 ms
+// resolution plus scheduling delay) but never early, so upper bounds are generous
+// (hundreds of ms) while lower bounds are exact.
+//
+// Define TWHEEL_CONFORMANCE_ASIO_ONLY to run against Asio alone.
+//
+// Every case carries a Boost.Test timeout so that an implementation that blocks forever
+// (e.g. in wait() or run()) fails the case instead of hanging the suite; calls to run()
+// additionally go through a watchdog that stops the context.
+#define BOOST_TEST_MODULE steady_timer
+#include <boost/test/unit_test.hpp>
+
+#include <boost/asio.hpp>
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/mpl/list.hpp>
+
+#if __has_include(<twheel/steady_timer.hpp>) && !defined(TWHEEL_CONFORMANCE_ASIO_ONLY)
+#include <twheel/steady_timer.hpp>
+using timer_types = boost::mpl::list<boost::asio::steady_timer, twheel::steady_timer>;
+#else
+using timer_types = boost::mpl::list<boost::asio::steady_timer>;
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using namespace std::chrono_literals;
+using wall = std::chrono::steady_clock;  // for measuring the tests themselves
+
+const error_code aborted = asio::error::operation_aborted;
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+struct run_result {
+  std::chrono::nanoseconds elapsed{};
+  std::size_t handlers = 0;
+  bool timed_out = false;  // the watchdog had to stop the context
+};
+
+// ctx.run() on the calling thread, with a watchdog that stops the context after `limit`
+// so that a broken implementation fails the test instead of hanging the suite.
+run_result run_ctx(asio::io_context& ctx, std::chrono::nanoseconds limit = 5s) {
+  ctx.restart();
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  bool fired = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lk(m);
+    if (!cv.wait_for(lk, limit, [&] { return done; })) {
+      fired = true;
+      ctx.stop();
+    }
+  });
+  run_result r;
+  const auto t0 = wall::now();
+  r.handlers = ctx.run();
+  r.elapsed = wall::now() - t0;
+  {
+    std::lock_guard<std::mutex> lk(m);
+    done = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  r.timed_out = fired;
+  return r;
+}
+
+// Runs handlers one at a time until pred() holds; false if it didn't within `limit`.
+template <class Pred>
+bool run_until(asio::io_context& ctx, Pred pred, std::chrono::nanoseconds limit = 5s) {
+  const auto deadline = wall::now() + limit;
+  while (!pred()) {
+    if (wall::now() >= deadline) return false;
+    if (ctx.stopped()) ctx.restart();
+    if (ctx.run_one_for(2ms) == 0) std::this_thread::yield();
+  }
+  return true;
+}
+
+// Runs whatever is ready now (nothing blocks).
+void poll_ctx(asio::io_context& ctx) {
+  ctx.restart();
+  ctx.poll();
+}
+
+template <class D>
+long long ms(D d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+// Records completions of single-threaded waits: order and error codes per id.
+struct wait_log {
+  std::vector<int> order;
+  std::map<int, std::vector<error_code>> results;
+
+  auto handler(int id) {
+    return [this, id](error_code ec) {
+      order.push_back(id);
+      results[id].push_back(ec);
+    };
+  }
+  std::size_t count(int id) const {
+    auto it = results.find(id);
+    return it == results.end() ? 0 : it->second.size();
+  }
+  // The error code of id's (single) completion; a distinctive value if it never completed.
+  error_code ec(int id) const {
+    auto it = results.find(id);
+    if (it == results.end() || it->second.empty()) return asio::error::would_block;
+    return it->second.back();
+  }
+  std::size_t total() const { return order.size(); }
+};
+
+// Counting allocator for the associated-allocator test.
+struct alloc_counters {
+  std::atomic<std::size_t> allocs{0};
+  std::atomic<std::size_t> deallocs{0};
+  std::atomic<long long> bytes{0};
+  std::size_t outstanding() const { return allocs.load() - deallocs.load(); }
+};
+
+template <class T>
+struct counting_allocator {
+  using value_type = T;
+  alloc_counters* c;
+
+  explicit counting_allocator(alloc_counters* counters) noexcept : c(counters) {}
+  template <class U>
+  counting_allocator(const counting_allocator<U>& other) noexcept : c(other.c) {}
+
+  T* allocate(std::size_t n) {
+    c->allocs.fetch_add(1);
+    c->bytes.fetch_add(static_cast<long long>(n * sizeof(T)));
+    return std::allocator<T>{}.allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    c->deallocs.fetch_add(1);
+    c->bytes.fetch_sub(static_cast<long long>(n * sizeof(T)));
+    std::allocator<T>{}.deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const counting_allocator<U>& o) const noexcept {
+    return c == o.c;
+  }
+  template <class U>
+  bool operator!=(const counting_allocator<U>& o) const noexcept {
+    return c != o.c;
+  }
+};
+
+// Increments a counter when destroyed: tracks what handlers own.
+struct dtor_probe {
+  int* dtors;
+  explicit dtor_probe(int* d) : dtors(d) {}
+  dtor_probe(const dtor_probe&) = delete;
+  dtor_probe& operator=(const dtor_probe&) = delete;
+  ~dtor_probe() { ++*dtors; }
+};
+
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+// Coroutines (free functions: no lambda captures that could dangle).
+
+template <class Timer>
+asio::awaitable<void> co_wait_own_timer(std::chrono::milliseconds d, bool* ok,
+                                        std::chrono::nanoseconds* elapsed) {
+  const auto t0 = Timer::clock_type::now();
+  Timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(asio::use_awaitable);
+  *elapsed = Timer::clock_type::now() - t0;
+  *ok = Timer::clock_type::now() >= t.expiry();
+}
+
+template <class Timer>
+asio::awaitable<void> co_wait_throwing(Timer* t, std::optional<error_code>* result) {
+  try {
+    co_await t->async_wait(asio::use_awaitable);
+    *result = error_code{};
+  } catch (const boost::system::system_error& e) {
+    *result = e.code();
+  }
+}
+
+template <class Timer>
+asio::awaitable<void> co_wait_as_tuple(Timer* t, std::optional<error_code>* result) {
+  auto [ec] = co_await t->async_wait(asio::as_tuple(asio::use_awaitable));
+  *result = ec;
+}
+
+template <class Timer>
+asio::awaitable<void> co_wait_redirect(Timer* t, std::optional<error_code>* result) {
+  error_code ec = asio::error::would_block;
+  co_await t->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  *result = ec;
+}
+#endif
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// 0. Types, constructors, accessors
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(api_types_and_constructors, Timer, timer_types) {
+  using clock = std::chrono::steady_clock;
+  using time_point = typename Timer::time_point;
+  using io_ex = asio::io_context::executor_type;
+  using R = typename Timer::template rebind_executor<io_ex>::other;
+
+  BOOST_TEST((std::is_same_v<typename Timer::clock_type, clock>));
+  BOOST_TEST((std::is_same_v<typename Timer::duration, clock::duration>));
+  BOOST_TEST((std::is_same_v<time_point, clock::time_point>));
+  BOOST_TEST((std::is_same_v<typename Timer::traits_type, asio::wait_traits<clock>>));
+  BOOST_TEST((std::is_same_v<typename Timer::executor_type, asio::any_io_executor>));
+  BOOST_TEST((std::is_same_v<typename R::executor_type, io_ex>));
+  BOOST_TEST((std::is_same_v<typename R::clock_type, clock>));
+  BOOST_TEST((std::is_same_v<
+              typename R::template rebind_executor<asio::any_io_executor>::other, Timer>));
+
+  BOOST_TEST(!std::is_default_constructible_v<Timer>);
+  BOOST_TEST(!std::is_copy_constructible_v<Timer>);
+  BOOST_TEST(!std::is_copy_assignable_v<Timer>);
+  BOOST_TEST(std::is_move_constructible_v<Timer>);
+  BOOST_TEST(std::is_move_assignable_v<Timer>);
+  // The constructors are explicit.
+  BOOST_TEST(!(std::is_convertible_v<asio::io_context&, Timer>));
+  BOOST_TEST(!(std::is_convertible_v<const asio::any_io_executor&, Timer>));
+  // Converting moves go only where the executor converts.
+  BOOST_TEST((std::is_constructible_v<Timer, R&&>));
+  BOOST_TEST((std::is_assignable_v<Timer&, R&&>));
+  BOOST_TEST(!(std::is_constructible_v<R, Timer&&>));
+  BOOST_TEST(!(std::is_assignable_v<R&, Timer&&>));
+
+  BOOST_TEST((std::is_same_v<decltype(std::declval<Timer&>().expires_at(
+                                 std::declval<const time_point&>())),
+                             std::size_t>));
+  BOOST_TEST((std::is_same_v<decltype(std::declval<Timer&>().expires_after(
+                                 std::declval<const typename Timer::duration&>())),
+                             std::size_t>));
+  BOOST_TEST((std::is_same_v<decltype(std::declval<Timer&>().cancel()), std::size_t>));
+  BOOST_TEST((std::is_same_v<decltype(std::declval<Timer&>().cancel_one()), std::size_t>));
+  BOOST_TEST((std::is_same_v<decltype(std::declval<const Timer&>().expiry()), time_point>));
+  BOOST_TEST((std::is_same_v<decltype(std::declval<Timer&>().get_executor()),
+                             const asio::any_io_executor&>));
+  BOOST_TEST(noexcept(std::declval<Timer&>().get_executor()));
+  BOOST_TEST((std::is_void_v<decltype(std::declval<Timer&>().wait())>));
+  BOOST_TEST((std::is_void_v<decltype(std::declval<Timer&>().wait(
+                  std::declval<error_code&>()))>));
+  BOOST_TEST((std::is_void_v<decltype(std::declval<Timer&>().async_wait(
+                  std::declval<void (*)(error_code)>()))>));
+
+  asio::io_context ctx;
+  const asio::any_io_executor ex = ctx.get_executor();
+
+  Timer a(ctx);
+  BOOST_TEST((a.expiry() == time_point{}));
+  BOOST_TEST((a.get_executor() == ex));
+  Timer b(ctx.get_executor());
+  BOOST_TEST((b.expiry() == time_point{}));
+  BOOST_TEST((b.get_executor() == ex));
+
+  const time_point tp = clock::now() + 1h;
+  Timer c(ctx, tp);
+  BOOST_TEST((c.expiry() == tp));
+  Timer d(ex, tp);
+  BOOST_TEST((d.expiry() == tp));
+  BOOST_TEST((d.get_executor() == ex));
+
+  const auto before = clock::now();
+  Timer e(ctx, 1h);
+  Timer f(ex, std::chrono::minutes(60));
+  const auto after = clock::now();
+  BOOST_TEST((e.expiry() >= before + 1h && e.expiry() <= after + 1h));
+  BOOST_TEST((f.expiry() >= before + 1h && f.expiry() <= after + 1h));
+
+  // const expiry()
+  const Timer& cc = c;
+  BOOST_TEST((cc.expiry() == tp));
+
+  // Rebound type: from its own executor and from the context.
+  R r1(ctx.get_executor());
+  R r2(ctx, tp);
+  R r3(ctx.get_executor(), 1h);
+  BOOST_TEST((r1.get_executor() == ctx.get_executor()));
+  BOOST_TEST((r2.expiry() == tp));
+  BOOST_TEST((r3.expiry() >= before + 1h));
+
+  // A strand executor is kept (as the target of any_io_executor).
+  auto strand = asio::make_strand(ctx);
+  Timer s(strand, tp);
+  BOOST_TEST((s.get_executor() == asio::any_io_executor(strand)));
+  BOOST_TEST((s.get_executor().template target<decltype(strand)>() != nullptr));
+
+  // Nothing here started a wait: run() returns at once.
+  auto rr = run_ctx(ctx);
+  BOOST_TEST(!rr.timed_out);
+  BOOST_TEST(rr.handlers == 0u);
+  BOOST_TEST(ms(rr.elapsed) < 1000);
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. An already expired wait completes with success, never inside async_wait
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(expired_wait_completes_outside_initiation, Timer, timer_types) {
+  using time_point = typename Timer::time_point;
+  using clock = typename Timer::clock_type;
+  const std::vector<std::pair<const char*, std::function<void(Timer&)>>> setters = {
+      {"never set (epoch)", [](Timer&) {}},
+      {"past", [](Timer& t) { t.expires_at(clock::now() - 1s); }},
+      {"now", [](Timer& t) { t.expires_at(clock::now()); }},
+      {"after zero", [](Timer& t) { t.expires_after(Timer::duration::zero()); }},
+      {"after negative", [](Timer& t) { t.expires_after(-5ms); }},
+      {"time_point::min", [](Timer& t) { t.expires_at((time_point::min)()); }},
+  };
+  for (const auto& [name, set] : setters) {
+    BOOST_TEST_CONTEXT("expiry: " << name) {
+      asio::io_context ctx;
+      Timer t(ctx);
+      set(t);
+      int calls = 0;
+      bool returned = false;
+      bool returned_seen = false;
+      error_code seen = asio::error::would_block;
+      t.async_wait([&](error_code ec) {
+        ++calls;
+        seen = ec;
+        returned_seen = returned;
+      });
+      BOOST_TEST(calls == 0);  // not invoked from inside async_wait
+      returned = true;
+      auto r = run_ctx(ctx);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(calls == 1);
+      BOOST_TEST(seen == error_code{});
+      BOOST_TEST(returned_seen);
+      BOOST_TEST(ms(r.elapsed) < 500);
+      BOOST_TEST((clock::now() >= t.expiry()));
+    }
+  }
+
+  // Several expired waits, and an expired wait initiated from inside a handler.
+  asio::io_context ctx;
+  Timer t(ctx, clock::now() - 1ms);
+  wait_log log;
+  bool inner_returned = false, inner_returned_seen = false;
+  t.async_wait(log.handler(1));
+  t.async_wait([&](error_code ec) {
+    log.handler(2)(ec);
+    t.async_wait([&](error_code ec2) {
+      inner_returned_seen = inner_returned;
+      log.handler(3)(ec2);
+    });
+    BOOST_TEST(log.count(3) == 0u);
+    inner_returned = true;
+  });
+  BOOST_TEST(log.total() == 0u);
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.order == (std::vector<int>{1, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(log.ec(1) == error_code{});
+  BOOST_TEST(log.ec(2) == error_code{});
+  BOOST_TEST(log.ec(3) == error_code{});
+  BOOST_TEST(inner_returned_seen);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Never early
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(never_early, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  using time_point = typename Timer::time_point;
+  constexpr int n = 200;
+  asio::io_context ctx;
+  std::mt19937 rng(20240607);
+  std::uniform_int_distribution<int> us(0, 20000);
+
+  std::vector<std::unique_ptr<Timer>> timers;
+  std::vector<time_point> deadlines(n);
+  std::vector<int> calls(n, 0);
+  std::vector<char> early(n, 0);
+  std::vector<error_code> ecs(n);
+  std::chrono::nanoseconds max_late{0};
+  const auto base = clock::now();
+  for (int i = 0; i < n; ++i) {
+    timers.push_back(std::make_unique<Timer>(ctx));
+    Timer& t = *timers.back();
+    const auto off = std::chrono::microseconds(us(rng));
+    if (i % 2 == 0) {
+      t.expires_at(base + off);
+    } else {
+      t.expires_after(off);
+    }
+    deadlines[i] = t.expiry();
+    BOOST_TEST((deadlines[i] >= base + off));
+    t.async_wait([&, i](error_code ec) {
+      const auto now = clock::now();
+      ++calls[i];
+      ecs[i] = ec;
+      if (now < timers[i]->expiry() || now < deadlines[i]) early[i] = 1;
+      max_late = std::max(max_late, std::chrono::nanoseconds(now - deadlines[i]));
+    });
+  }
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  for (int i = 0; i < n; ++i) {
+    BOOST_TEST_CONTEXT("timer " << i) {
+      BOOST_TEST(calls[i] == 1);
+      BOOST_TEST(ecs[i] == error_code{});
+      BOOST_TEST(!early[i]);
+    }
+  }
+  BOOST_TEST_MESSAGE("never_early: max lateness " << max_late.count() / 1000 << " us");
+  BOOST_TEST(ms(max_late) < 500);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. expires_at / expires_after / cancel / cancel_one return counts and abort waits
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_changes_and_cancel_counts, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  asio::io_context ctx;
+  wait_log log;
+  Timer t(ctx, 10s);
+
+  // No waits: 0.
+  BOOST_TEST(t.expires_after(10s) == 0u);
+  BOOST_TEST(t.expires_at(clock::now() + 10s) == 0u);
+  BOOST_TEST(t.cancel() == 0u);
+  BOOST_TEST(t.cancel_one() == 0u);
+
+  // One wait: expires_after cancels it.
+  t.async_wait(log.handler(1));
+  BOOST_TEST(t.expires_after(10s) == 1u);
+  BOOST_TEST(log.count(1) == 0u);  // not invoked from inside expires_after
+  BOOST_TEST(run_until(ctx, [&] { return log.count(1) == 1; }));
+  BOOST_TEST(log.ec(1) == aborted);
+
+  // Three waits: expires_at cancels all, in initiation order.
+  t.async_wait(log.handler(2));
+  t.async_wait(log.handler(3));
+  t.async_wait(log.handler(4));
+  BOOST_TEST(t.expires_at(clock::now() + 10s) == 3u);
+  BOOST_TEST(log.count(2) + log.count(3) + log.count(4) == 0u);
+  BOOST_TEST(run_until(ctx, [&] { return log.total() == 4; }));
+  BOOST_TEST(log.order == (std::vector<int>{1, 2, 3, 4}), boost::test_tools::per_element());
+  BOOST_TEST(log.ec(2) == aborted);
+  BOOST_TEST(log.ec(3) == aborted);
+  BOOST_TEST(log.ec(4) == aborted);
+  BOOST_TEST(t.expires_after(10s) == 0u);  // nothing left
+
+  // A wait after re-arming to a near deadline succeeds.
+  t.expires_after(2ms);
+  t.async_wait(log.handler(5));
+  BOOST_TEST(run_until(ctx, [&] { return log.count(5) == 1; }));
+  BOOST_TEST(log.ec(5) == error_code{});
+  BOOST_TEST((clock::now() >= t.expiry()));
+
+  // cancel(): count, aborts all, expiry unchanged.
+  t.expires_after(10s);
+  const auto exp = t.expiry();
+  t.async_wait(log.handler(6));
+  t.async_wait(log.handler(7));
+  BOOST_TEST(t.cancel() == 2u);
+  BOOST_TEST((t.expiry() == exp));
+  BOOST_TEST(t.cancel() == 0u);
+  BOOST_TEST(log.count(6) + log.count(7) == 0u);  // not invoked from inside cancel
+  BOOST_TEST(run_until(ctx, [&] { return log.count(6) == 1 && log.count(7) == 1; }));
+  BOOST_TEST(log.ec(6) == aborted);
+  BOOST_TEST(log.ec(7) == aborted);
+  BOOST_TEST(log.order.back() == 7);
+
+  // cancel_one(): FIFO, one at a time.
+  t.async_wait(log.handler(8));
+  t.async_wait(log.handler(9));
+  t.async_wait(log.handler(10));
+  BOOST_TEST(t.cancel_one() == 1u);
+  BOOST_TEST(log.count(8) == 0u);
+  BOOST_TEST(run_until(ctx, [&] { return log.count(8) == 1; }));
+  poll_ctx(ctx);
+  BOOST_TEST(log.ec(8) == aborted);
+  BOOST_TEST(log.count(9) == 0u);
+  BOOST_TEST(log.count(10) == 0u);
+  BOOST_TEST(t.cancel_one() == 1u);
+  BOOST_TEST(run_until(ctx, [&] { return log.count(9) == 1; }));
+  poll_ctx(ctx);
+  BOOST_TEST(log.ec(9) == aborted);
+  BOOST_TEST(log.count(10) == 0u);
+  BOOST_TEST(t.cancel_one() == 1u);
+  BOOST_TEST(t.cancel_one() == 0u);
+  BOOST_TEST(t.cancel() == 0u);
+  BOOST_TEST(run_until(ctx, [&] { return log.count(10) == 1; }));
+  BOOST_TEST(log.ec(10) == aborted);
+  BOOST_TEST((t.expiry() == exp));
+
+  // Cancelling after the timer has expired (its completion already queued) returns 0 and
+  // the wait completes with success: u and v share one deadline, whichever handler runs
+  // first cancels the other.
+  {
+    Timer u(ctx), v(ctx);
+    const auto deadline = clock::now() + 3ms;
+    u.expires_at(deadline);
+    v.expires_at(deadline);
+    std::size_t cancelled = 99;
+    int first = 0;
+    error_code ec_u = asio::error::would_block, ec_v = asio::error::would_block;
+    u.async_wait([&](error_code ec) {
+      ec_u = ec;
+      if (first == 0) {
+        first = 1;
+        cancelled = v.cancel();
+      }
+    });
+    v.async_wait([&](error_code ec) {
+      ec_v = ec;
+      if (first == 0) {
+        first = 2;
+        cancelled = u.cancel();
+      }
+    });
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(first != 0);
+    BOOST_TEST(cancelled == 0u);
+    BOOST_TEST(ec_u == error_code{});
+    BOOST_TEST(ec_v == error_code{});
+  }
+
+  // Every wait completed exactly once.
+  for (const auto& [id, v] : log.results) BOOST_TEST(v.size() == 1u, "wait " << id);
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Several waits on one timer complete in initiation order
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(waits_complete_in_initiation_order, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  asio::io_context ctx;
+  Timer t(ctx, 3ms);
+  std::vector<int> order;
+  std::vector<error_code> ecs;
+  bool early = false;
+  for (int i = 0; i < 8; ++i) {
+    t.async_wait([&, i](error_code ec) {
+      if (clock::now() < t.expiry()) early = true;
+      order.push_back(i);
+      ecs.push_back(ec);
+    });
+  }
+  BOOST_TEST(order.empty());
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(order == (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}), boost::test_tools::per_element());
+  for (auto& ec : ecs) BOOST_TEST(ec == error_code{});
+  BOOST_TEST(!early);
+  BOOST_TEST((clock::now() >= t.expiry()));
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Distinct deadlines fire in deadline order
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(distinct_deadlines_fire_in_order, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  constexpr int n = 10;
+  asio::io_context ctx;
+  std::vector<int> ranks(n);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  std::shuffle(ranks.begin(), ranks.end(), std::mt19937(7));
+  BOOST_REQUIRE(!std::is_sorted(ranks.begin(), ranks.end()));
+
+  const auto base = clock::now() + 5ms;
+  std::vector<std::unique_ptr<Timer>> timers;
+  std::vector<int> order;
+  bool early = false;
+  for (int rank : ranks) {
+    timers.push_back(std::make_unique<Timer>(ctx, base + rank * 5ms));
+    Timer* t = timers.back().get();
+    t->async_wait([&, rank, t](error_code ec) {
+      if (ec || clock::now() < t->expiry()) early = true;
+      order.push_back(rank);
+    });
+  }
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  std::vector<int> expected(n);
+  std::iota(expected.begin(), expected.end(), 0);
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+  BOOST_TEST(!early);
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. Destroying a timer aborts its waits (later, from run())
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(destroying_timer_aborts_waits, Timer, timer_types) {
+  asio::io_context ctx;
+  wait_log log;
+  auto owned = std::make_shared<int>(0);
+  auto t = std::make_unique<Timer>(ctx, 10s);
+  t->async_wait(log.handler(1));
+  t->async_wait([&log, owned](error_code ec) { log.handler(2)(ec); });
+  BOOST_TEST(owned.use_count() == 2);
+  t.reset();
+  BOOST_TEST(log.total() == 0u);  // not invoked from inside the destructor
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+  BOOST_TEST(log.order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(log.ec(1) == aborted);
+  BOOST_TEST(log.ec(2) == aborted);
+  BOOST_TEST(owned.use_count() == 1);  // the handler was destroyed after the call
+
+  // Same for a timer that was already due but not yet processed... and one never armed.
+  wait_log log2;
+  auto a = std::make_unique<Timer>(ctx);
+  a->expires_after(10s);
+  a->async_wait(log2.handler(1));
+  auto b = std::make_unique<Timer>(ctx, 10s);  // no waits: destroying it is a no-op
+  b.reset();
+  a.reset();
+  BOOST_TEST(log2.total() == 0u);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+  BOOST_TEST(log2.count(1) == 1u);
+  BOOST_TEST(log2.ec(1) == aborted);
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Moves carry pending waits; move assignment aborts the target's waits
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(move_construction_carries_waits, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  using time_point = typename Timer::time_point;
+  asio::io_context ctx;
+  wait_log log;
+  bool early = false;
+  Timer a(ctx, 5ms);
+  const auto exp = a.expiry();
+  auto checked = [&](int id) {
+    return [&, id](error_code ec) {
+      if (clock::now() < exp) early = true;
+      log.handler(id)(ec);
+    };
+  };
+  a.async_wait(checked(1));
+  a.async_wait(checked(2));
+
+  Timer b(std::move(a));
+  BOOST_TEST((b.expiry() == exp));
+  BOOST_TEST((b.get_executor() == asio::any_io_executor(ctx.get_executor())));
+  // The moved-from timer is as if newly constructed from the executor.
+  BOOST_TEST((a.expiry() == time_point{}));
+  BOOST_TEST((a.get_executor() == asio::any_io_executor(ctx.get_executor())));
+  BOOST_TEST(a.cancel() == 0u);
+  BOOST_TEST(log.total() == 0u);
+
+  // And it is usable.
+  a.expires_after(1ms);
+  a.async_wait(log.handler(3));
+
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.count(1) == 1u);
+  BOOST_TEST(log.count(2) == 1u);
+  BOOST_TEST(log.count(3) == 1u);
+  BOOST_TEST(log.ec(1) == error_code{});
+  BOOST_TEST(log.ec(2) == error_code{});
+  BOOST_TEST(log.ec(3) == error_code{});
+  BOOST_TEST(!early);
+
+  // The moved-to timer owns the waits: cancelling it aborts them.
+  wait_log log2;
+  Timer c(ctx, 10s);
+  c.async_wait(log2.handler(1));
+  c.async_wait(log2.handler(2));
+  Timer d(std::move(c));
+  BOOST_TEST(c.cancel() == 0u);
+  BOOST_TEST(d.cancel() == 2u);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+  BOOST_TEST(log2.order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(log2.ec(1) == aborted);
+  BOOST_TEST(log2.ec(2) == aborted);
+
+  // Moving again (chain of moves) and destroying the final owner aborts.
+  wait_log log3;
+  auto e = std::make_unique<Timer>(ctx, 10s);
+  e->async_wait(log3.handler(1));
+  auto f = std::make_unique<Timer>(std::move(*e));
+  auto g = std::make_unique<Timer>(std::move(*f));
+  e.reset();
+  f.reset();
+  poll_ctx(ctx);
+  BOOST_TEST(log3.total() == 0u);  // destroying moved-from timers touches nothing
+  g.reset();
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+  BOOST_TEST(log3.count(1) == 1u);
+  BOOST_TEST(log3.ec(1) == aborted);
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(move_assignment_carries_waits_and_aborts_target, Timer,
+                              timer_types) {
+  using clock = typename Timer::clock_type;
+  using time_point = typename Timer::time_point;
+  asio::io_context ctx;
+  wait_log log;
+  bool early = false;
+
+  Timer a(ctx, 5ms);
+  const auto exp = a.expiry();
+  a.async_wait([&](error_code ec) {
+    if (clock::now() < exp) early = true;
+    log.handler(1)(ec);
+  });
+  Timer c(ctx, 10s);
+  c.async_wait(log.handler(2));
+  c.async_wait(log.handler(3));
+
+  c = std::move(a);
+  BOOST_TEST(log.total() == 0u);  // nothing invoked from inside the assignment
+  BOOST_TEST((c.expiry() == exp));
+  BOOST_TEST((a.expiry() == time_point{}));
+  BOOST_TEST(a.cancel() == 0u);
+
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);  // c's old 10 s waits don't keep run() alive
+  // Asio: the target's old waits are aborted (queued at once, so they run first);
+  // the carried wait completes with success at the source's expiry.
+  BOOST_TEST(log.order == (std::vector<int>{2, 3, 1}), boost::test_tools::per_element());
+  BOOST_TEST(log.ec(2) == aborted);
+  BOOST_TEST(log.ec(3) == aborted);
+  BOOST_TEST(log.ec(1) == error_code{});
+  BOOST_TEST(!early);
+
+  // After move assignment, the target owns the carried wait: cancel() reaches it.
+  wait_log log2;
+  Timer x(ctx, 10s), y(ctx, 10s);
+  x.async_wait(log2.handler(1));
+  y.async_wait(log2.handler(2));
+  y = std::move(x);
+  BOOST_TEST(x.cancel() == 0u);
+  BOOST_TEST(y.cancel() == 1u);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+  BOOST_TEST(log2.ec(1) == aborted);
+  BOOST_TEST(log2.ec(2) == aborted);
+
+  // Assigning a timer without waits over one with waits aborts them too.
+  wait_log log3;
+  Timer p(ctx, 10s), q(ctx);
+  p.async_wait(log3.handler(1));
+  p = std::move(q);
+  BOOST_TEST((p.expiry() == time_point{}));
+  BOOST_TEST(p.cancel() == 0u);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+  BOOST_TEST(log3.ec(1) == aborted);
+
+  // Self move assignment leaves the timer and its waits untouched.
+  wait_log log4;
+  Timer s(ctx, 3ms);
+  const auto s_exp = s.expiry();
+  s.async_wait(log4.handler(1));
+  Timer& alias = s;
+  s = std::move(alias);
+  BOOST_TEST((s.expiry() == s_exp));
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log4.count(1) == 1u);
+  BOOST_TEST(log4.ec(1) == error_code{});
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(converting_move_between_executor_types, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  using time_point = typename Timer::time_point;
+  using io_ex = asio::io_context::executor_type;
+  using R = typename Timer::template rebind_executor<io_ex>::other;
+  asio::io_context ctx;
+  wait_log log;
+
+  // Converting move construction: io_context::executor_type -> any_io_executor.
+  R r(ctx.get_executor(), 5ms);
+  const auto exp = r.expiry();
+  bool early = false;
+  r.async_wait([&](error_code ec) {
+    if (clock::now() < exp) early = true;
+    log.handler(1)(ec);
+  });
+  Timer t(std::move(r));
+  BOOST_TEST((t.expiry() == exp));
+  BOOST_TEST((t.get_executor() == asio::any_io_executor(ctx.get_executor())));
+  BOOST_TEST((r.expiry() == time_point{}));
+  BOOST_TEST(r.cancel() == 0u);
+
+  // Converting move assignment: aborts the target's waits, carries the source's.
+  R r2(ctx, 5ms);
+  r2.async_wait(log.handler(2));
+  Timer t2(ctx, 10s);
+  t2.async_wait(log.handler(3));
+  t2 = std::move(r2);
+  BOOST_TEST(log.total() == 0u);
+  BOOST_TEST(r2.cancel() == 0u);
+
+  auto rr = run_ctx(ctx);
+  BOOST_TEST(!rr.timed_out);
+  BOOST_TEST(ms(rr.elapsed) < 1000);
+  BOOST_TEST(log.ec(1) == error_code{});
+  BOOST_TEST(log.ec(2) == error_code{});
+  BOOST_TEST(log.ec(3) == aborted);
+  BOOST_TEST(!early);
+
+  // The carried wait can be cancelled through the converted timer.
+  wait_log log2;
+  R r3(ctx, 10s);
+  r3.async_wait(log2.handler(1));
+  Timer t3(std::move(r3));
+  BOOST_TEST(t3.cancel() == 1u);
+  rr = run_ctx(ctx);
+  BOOST_TEST(!rr.timed_out);
+  BOOST_TEST(log2.ec(1) == aborted);
+
+  // A wait started on a strand-executor timer still completes in the strand after a
+  // converting move to the any_io_executor timer.
+  auto strand = asio::make_strand(ctx);
+  using S = typename Timer::template rebind_executor<decltype(strand)>::other;
+  S s(strand, 2ms);
+  bool in_strand = false;
+  error_code s_ec = asio::error::would_block;
+  s.async_wait([&](error_code ec) {
+    s_ec = ec;
+    in_strand = strand.running_in_this_thread();
+  });
+  Timer t4(std::move(s));
+  BOOST_TEST((t4.get_executor() == asio::any_io_executor(strand)));
+  rr = run_ctx(ctx);
+  BOOST_TEST(!rr.timed_out);
+  BOOST_TEST(s_ec == error_code{});
+  BOOST_TEST(in_strand);
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. run() returns once nothing is pending
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_when_nothing_pending, Timer, timer_types) {
+  {  // the only wait was cancelled before run()
+    asio::io_context ctx;
+    Timer t(ctx, 10s);
+    wait_log log;
+    t.async_wait(log.handler(1));
+    BOOST_TEST(t.cancel() == 1u);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    BOOST_TEST(log.ec(1) == aborted);
+  }
+  {  // the only wait is cancelled while run() is executing
+    asio::io_context ctx;
+    Timer t(ctx, 10s), killer(ctx, 5ms);
+    wait_log log;
+    t.async_wait(log.handler(1));
+    std::size_t n = 99;
+    killer.async_wait([&](error_code) { n = t.cancel(); });
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    BOOST_TEST(n == 1u);
+    BOOST_TEST(log.ec(1) == aborted);
+  }
+  {  // cancel_one of the only wait
+    asio::io_context ctx;
+    Timer t(ctx, 10s);
+    wait_log log;
+    t.async_wait(log.handler(1));
+    BOOST_TEST(t.cancel_one() == 1u);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    BOOST_TEST(log.ec(1) == aborted);
+  }
+  {  // a timer with no waits at all
+    asio::io_context ctx;
+    Timer t(ctx);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(r.handlers == 0u);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+  }
+  {  // expiry set (constructor and expires_*) but never waited on
+    asio::io_context ctx;
+    Timer t(ctx, 10s);
+    Timer u(ctx);
+    u.expires_after(10s);
+    Timer v(ctx);
+    v.expires_at(Timer::clock_type::now() + 10s);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(r.handlers == 0u);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+  }
+  {  // after a wait completed normally, the (still alive) timer holds nothing
+    asio::io_context ctx;
+    Timer t(ctx, 2ms);
+    wait_log log;
+    t.async_wait(log.handler(1));
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    BOOST_TEST(log.ec(1) == error_code{});
+    r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(r.handlers == 0u);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+  }
+  {  // a pending wait does keep run() alive until it completes
+    asio::io_context ctx;
+    const auto t0 = Timer::clock_type::now();
+    Timer t(ctx, 30ms);
+    wait_log log;
+    t.async_wait(log.handler(1));
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(Timer::clock_type::now() - t0) >= 30);
+    BOOST_TEST(log.ec(1) == error_code{});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. Per-operation cancellation
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(per_operation_cancellation, Timer, timer_types) {
+  const std::vector<std::pair<const char*, asio::cancellation_type>> types = {
+      {"terminal", asio::cancellation_type::terminal},
+      {"partial", asio::cancellation_type::partial},
+      {"total", asio::cancellation_type::total},
+  };
+  for (const auto& [name, type] : types) {
+    BOOST_TEST_CONTEXT("cancellation_type::" << name) {
+      asio::io_context ctx;
+      Timer t(ctx, 10s);
+      asio::cancellation_signal sig;
+      wait_log log;
+      t.async_wait(log.handler(0));
+      t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
+      t.async_wait(log.handler(2));
+      BOOST_TEST(sig.slot().has_handler());
+
+      sig.emit(asio::cancellation_type::none);  // not a cancellation request
+      poll_ctx(ctx);
+      BOOST_TEST(log.total() == 0u);
+
+      sig.emit(type);
+      BOOST_TEST(log.count(1) == 0u);  // not invoked from inside emit
+      BOOST_TEST(run_until(ctx, [&] { return log.count(1) == 1; }));
+      poll_ctx(ctx);
+      BOOST_TEST(log.ec(1) == aborted);
+      BOOST_TEST(log.count(0) == 0u);
+      BOOST_TEST(log.count(2) == 0u);
+
+      // Emitting again after completion is harmless and touches no other wait.
+      sig.emit(type);
+      sig.emit(asio::cancellation_type::terminal);
+      poll_ctx(ctx);
+      BOOST_TEST(log.total() == 1u);
+
+      // Only the two untouched waits remain on the timer.
+      BOOST_TEST(t.cancel() == 2u);
+      auto r = run_ctx(ctx);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(ms(r.elapsed) < 1000);
+      BOOST_TEST(log.order == (std::vector<int>{1, 0, 2}), boost::test_tools::per_element());
+      BOOST_TEST(log.ec(0) == aborted);
+      BOOST_TEST(log.ec(2) == aborted);
+    }
+  }
+
+  {  // the only wait cancelled per-operation: run() returns
+    asio::io_context ctx;
+    Timer t(ctx, 10s), killer(ctx, 3ms);
+    asio::cancellation_signal sig;
+    wait_log log;
+    t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
+    killer.async_wait([&](error_code) { sig.emit(asio::cancellation_type::terminal); });
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    BOOST_TEST(log.ec(1) == aborted);
+    BOOST_TEST(t.cancel() == 0u);
+  }
+
+  {  // emitting after a successful completion is harmless; the slot can be reused
+    asio::io_context ctx;
+    Timer t(ctx, 2ms);
+    asio::cancellation_signal sig;
+    wait_log log;
+    t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.ec(1) == error_code{});
+
+    t.expires_after(10s);
+    t.async_wait(log.handler(2));  // an unrelated wait on the same timer
+    sig.emit(asio::cancellation_type::terminal);
+    sig.emit(asio::cancellation_type::total);
+    poll_ctx(ctx);
+    BOOST_TEST(log.count(1) == 1u);
+    BOOST_TEST(log.count(2) == 0u);
+
+    // Reuse the signal for a new wait: it cancels only that one.
+    t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(3)));
+    sig.emit(asio::cancellation_type::partial);
+    BOOST_TEST(run_until(ctx, [&] { return log.count(3) == 1; }));
+    poll_ctx(ctx);
+    BOOST_TEST(log.ec(3) == aborted);
+    BOOST_TEST(log.count(2) == 0u);
+    BOOST_TEST(t.cancel() == 1u);
+    r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.ec(2) == aborted);
+    for (const auto& [id, v] : log.results) BOOST_TEST(v.size() == 1u, "wait " << id);
+  }
+
+  {  // emitting after the wait was aborted by cancel() is harmless
+    asio::io_context ctx;
+    Timer t(ctx, 10s);
+    asio::cancellation_signal sig;
+    wait_log log;
+    t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
+    BOOST_TEST(t.cancel() == 1u);
+    sig.emit(asio::cancellation_type::terminal);  // completion queued, not yet run
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.count(1) == 1u);
+    BOOST_TEST(log.ec(1) == aborted);
+    sig.emit(asio::cancellation_type::terminal);  // after completion
+    poll_ctx(ctx);
+    BOOST_TEST(log.count(1) == 1u);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. Completion tokens
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(token_use_future, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  asio::io_context ctx;
+  Timer t(ctx, 5ms), u(ctx, 10s);
+  std::future<void> ok = t.async_wait(asio::use_future);
+  std::future<void> ab = u.async_wait(asio::use_future);
+  BOOST_TEST((ok.wait_for(0s) == std::future_status::timeout));
+  BOOST_TEST(u.cancel() == 1u);
+  auto exp = t.expiry();
+  std::thread runner([&] { ctx.run(); });
+  bool ok_threw = false;
+  try {
+    ok.get();
+  } catch (...) {
+    ok_threw = true;
+  }
+  const bool ok_late = clock::now() >= exp;
+  std::optional<error_code> ab_code;
+  try {
+    ab.get();
+  } catch (const boost::system::system_error& e) {
+    ab_code = e.code();
+  }
+  runner.join();
+  BOOST_TEST(!ok_threw);
+  BOOST_TEST(ok_late);
+  BOOST_TEST(ab_code.has_value());
+  if (ab_code) BOOST_TEST(*ab_code == aborted);
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(token_deferred, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  asio::io_context ctx;
+  Timer t(ctx, 3ms);
+  auto op = t.async_wait(asio::deferred);
+  // Nothing is initiated until the deferred operation is invoked.
+  BOOST_TEST(t.cancel() == 0u);
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(r.handlers == 0u);
+
+  t.expires_after(3ms);
+  wait_log log;
+  bool early = false;
+  std::move(op)([&](error_code ec) {
+    if (clock::now() < t.expiry()) early = true;
+    log.handler(1)(ec);
+  });
+  BOOST_TEST(log.total() == 0u);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(1) == error_code{});
+  BOOST_TEST(!early);
+
+  // Abort path.
+  Timer u(ctx, 10s);
+  auto op2 = u.async_wait(asio::deferred);
+  std::move(op2)(log.handler(2));
+  BOOST_TEST(u.cancel() == 1u);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+  BOOST_TEST(log.ec(2) == aborted);
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(token_detached_consign_append_redirect, Timer, timer_types) {
+  asio::io_context ctx;
+  {  // detached
+    const auto t0 = Timer::clock_type::now();
+    Timer t(ctx, 10ms);
+    t.async_wait(asio::detached);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(Timer::clock_type::now() - t0) >= 10);  // run() waited for it
+    BOOST_TEST(ms(r.elapsed) < 1000);
+  }
+  {  // consign keeps its values alive until the completion, then releases them
+    Timer t(ctx, 2ms), u(ctx, 10s);
+    auto keep = std::make_shared<int>(1);
+    wait_log log;
+    t.async_wait(asio::consign(log.handler(1), keep));
+    u.async_wait(asio::consign(log.handler(2), keep, keep));
+    BOOST_TEST(keep.use_count() == 4);
+    BOOST_TEST(u.cancel() == 1u);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.ec(1) == error_code{});
+    BOOST_TEST(log.ec(2) == aborted);
+    BOOST_TEST(keep.use_count() == 1);
+  }
+  {  // append
+    Timer t(ctx, 1ms);
+    int got = 0;
+    error_code got_ec = asio::error::would_block;
+    t.async_wait(asio::append(
+        [&](error_code ec, int v) {
+          got_ec = ec;
+          got = v;
+        },
+        42));
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(got == 42);
+    BOOST_TEST(got_ec == error_code{});
+  }
+  {  // redirect_error with a plain callback
+    Timer t(ctx, 10s);
+    error_code ec = asio::error::would_block;
+    int calls = 0;
+    t.async_wait(asio::redirect_error([&] { ++calls; }, ec));
+    t.cancel();
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(calls == 1);
+    BOOST_TEST(ec == aborted);
+  }
+}
+
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(token_use_awaitable, Timer, timer_types) {
+  asio::io_context ctx;
+
+  // Success: a coroutine constructs its own timer on its executor and awaits it.
+  {
+    bool ok = false;
+    std::chrono::nanoseconds elapsed{};
+    bool done = false;
+    std::exception_ptr ex;
+    asio::co_spawn(ctx, co_wait_own_timer<Timer>(5ms, &ok, &elapsed),
+                   [&](std::exception_ptr e) {
+                     done = true;
+                     ex = e;
+                   });
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(done);
+    BOOST_TEST(!ex);
+    BOOST_TEST(ok);
+    BOOST_TEST(ms(elapsed) >= 5);
+  }
+
+  // Abort paths: cancel the timer as soon as the coroutine's wait is pending.
+  auto abort_case = [&](auto coro_factory, const char* name) {
+    BOOST_TEST_CONTEXT(name) {
+      Timer t(ctx, 10s);
+      std::optional<error_code> result;
+      bool done = false;
+      std::exception_ptr ex;
+      asio::co_spawn(ctx, coro_factory(&t, &result), [&](std::exception_ptr e) {
+        done = true;
+        ex = e;
+      });
+      BOOST_TEST(run_until(ctx, [&] { return done || t.cancel() > 0; }));
+      BOOST_TEST(run_until(ctx, [&] { return done; }));
+      BOOST_TEST(done);
+      BOOST_TEST(!ex);
+      BOOST_TEST(result.has_value());
+      if (result) BOOST_TEST(*result == aborted);
+    }
+  };
+  abort_case([](Timer* t, std::optional<error_code>* r) { return co_wait_throwing(t, r); },
+             "use_awaitable throws system_error");
+  abort_case([](Timer* t, std::optional<error_code>* r) { return co_wait_as_tuple(t, r); },
+             "as_tuple(use_awaitable)");
+  abort_case([](Timer* t, std::optional<error_code>* r) { return co_wait_redirect(t, r); },
+             "redirect_error(use_awaitable)");
+
+  // Success paths of the same coroutines.
+  auto success_case = [&](auto coro_factory, const char* name) {
+    BOOST_TEST_CONTEXT(name) {
+      Timer t(ctx, 3ms);
+      std::optional<error_code> result;
+      asio::co_spawn(ctx, coro_factory(&t, &result), asio::detached);
+      auto r = run_ctx(ctx);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(result.has_value());
+      if (result) BOOST_TEST(*result == error_code{});
+      BOOST_TEST((Timer::clock_type::now() >= t.expiry()));
+    }
+  };
+  success_case([](Timer* t, std::optional<error_code>* r) { return co_wait_throwing(t, r); },
+               "use_awaitable");
+  success_case([](Timer* t, std::optional<error_code>* r) { return co_wait_as_tuple(t, r); },
+               "as_tuple(use_awaitable)");
+  success_case([](Timer* t, std::optional<error_code>* r) { return co_wait_redirect(t, r); },
+               "redirect_error(use_awaitable)");
+}
+#endif
+
+// ---------------------------------------------------------------------------------------
+// 11. Strands
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(handlers_run_in_strand, Timer, timer_types) {
+  asio::io_context ctx;
+  auto strand = asio::make_strand(ctx);
+  {  // bind_executor(strand, h); an unbound handler as the control
+    Timer t(ctx, 2ms);
+    bool bound_in = false, plain_in = true;
+    int calls = 0;
+    t.async_wait(asio::bind_executor(strand, [&](error_code ec) {
+      ++calls;
+      BOOST_TEST(!ec);
+      bound_in = strand.running_in_this_thread();
+    }));
+    t.async_wait([&](error_code) {
+      ++calls;
+      plain_in = strand.running_in_this_thread();
+    });
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(calls == 2);
+    BOOST_TEST(bound_in);
+    BOOST_TEST(!plain_in);
+  }
+  {  // timer constructed on the strand: handlers run in it by default (also when aborted)
+    Timer t(strand, 2ms);
+    using S = typename Timer::template rebind_executor<decltype(strand)>::other;
+    S s(strand, 2ms);
+    Timer c(strand, 10s);
+    bool t_in = false, s_in = false, c_in = false;
+    error_code c_ec;
+    t.async_wait([&](error_code) { t_in = strand.running_in_this_thread(); });
+    s.async_wait([&](error_code) { s_in = strand.running_in_this_thread(); });
+    c.async_wait([&](error_code ec) {
+      c_ec = ec;
+      c_in = strand.running_in_this_thread();
+    });
+    c.cancel();
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(t_in);
+    BOOST_TEST(s_in);
+    BOOST_TEST(c_in);
+    BOOST_TEST(c_ec == aborted);
+  }
+  {  // two threads: handlers of timers on one strand never overlap (TSan checks `plain`)
+    constexpr int n = 300;
+    std::vector<std::unique_ptr<Timer>> timers;
+    std::atomic<bool> inside{false};
+    std::atomic<int> overlaps{0}, not_in_strand{0}, calls{0};
+    long plain = 0;
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> us(0, 5000);
+    for (int i = 0; i < n; ++i) {
+      timers.push_back(std::make_unique<Timer>(strand, std::chrono::microseconds(us(rng))));
+      timers.back()->async_wait([&](error_code) {
+        if (inside.exchange(true)) overlaps.fetch_add(1);
+        if (!strand.running_in_this_thread()) not_in_strand.fetch_add(1);
+        ++plain;
+        inside.store(false);
+        calls.fetch_add(1);
+      });
+    }
+    ctx.restart();
+    std::thread other([&] { ctx.run(); });
+    ctx.run();
+    other.join();
+    BOOST_TEST(calls.load() == n);
+    BOOST_TEST(plain == n);
+    BOOST_TEST(overlaps.load() == 0);
+    BOOST_TEST(not_in_strand.load() == 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 12. Blocking wait
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(blocking_wait, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  asio::io_context ctx;  // never run: blocking waits don't need it
+  {
+    const auto t0 = clock::now();
+    Timer t(ctx, 20ms);
+    t.wait();
+    const auto now = clock::now();
+    BOOST_TEST((now >= t.expiry()));
+    BOOST_TEST(ms(now - t0) >= 20);
+    BOOST_TEST(ms(now - t0) < 1000);
+  }
+  {
+    Timer t(ctx);
+    error_code ec = asio::error::would_block;
+    const auto t0 = clock::now();
+    t.expires_after(10ms);
+    t.wait(ec);
+    const auto now = clock::now();
+    BOOST_TEST(!ec);
+    BOOST_TEST((now >= t.expiry()));
+    BOOST_TEST(ms(now - t0) >= 10);
+  }
+  {  // already expired: return at once with success
+    Timer t(ctx, clock::now() - 1s);
+    error_code ec = asio::error::would_block;
+    const auto t0 = clock::now();
+    t.wait(ec);
+    BOOST_TEST(!ec);
+    BOOST_TEST(ms(clock::now() - t0) < 100);
+    t.wait();  // does not throw
+    Timer never_set(ctx);
+    never_set.wait(ec);
+    BOOST_TEST(!ec);
+    BOOST_TEST(ms(clock::now() - t0) < 100);
+  }
+  {  // a blocking wait does not disturb a pending async wait on the same timer
+    Timer t(ctx, 5ms);
+    wait_log log;
+    t.async_wait(log.handler(1));
+    t.wait();
+    BOOST_TEST(log.total() == 0u);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.ec(1) == error_code{});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 13. Re-arming and deleting the timer from inside its own handler
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(rearm_and_delete_from_own_handler, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  asio::io_context ctx;
+  {  // re-arm 3 rounds
+    Timer t(ctx, 2ms);
+    int rounds = 0;
+    std::vector<error_code> ecs;
+    std::vector<std::size_t> rearm_counts;
+    bool early = false;
+    std::function<void(error_code)> h = [&](error_code ec) {
+      ecs.push_back(ec);
+      if (clock::now() < t.expiry()) early = true;
+      if (++rounds < 3) {
+        rearm_counts.push_back(t.expires_after(2ms));  // own wait is no longer pending
+        t.async_wait(h);
+      }
+    };
+    t.async_wait(h);
+    const auto t0 = clock::now();
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(rounds == 3);
+    BOOST_TEST(ms(clock::now() - t0) >= 4);  // two re-arms of 2 ms each
+    for (auto ec : ecs) BOOST_TEST(ec == error_code{});
+    BOOST_TEST(rearm_counts == (std::vector<std::size_t>{0, 0}), boost::test_tools::per_element());
+    BOOST_TEST(!early);
+  }
+  {  // delete the timer from inside its handler
+    auto t = std::make_unique<Timer>(ctx, 2ms);
+    int calls = 0;
+    error_code seen = asio::error::would_block;
+    t->async_wait([&](error_code ec) {
+      ++calls;
+      seen = ec;
+      t.reset();
+    });
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(calls == 1);
+    BOOST_TEST(seen == error_code{});
+    BOOST_TEST(!t);
+  }
+  {  // delete from the first of two waits on the same deadline: the second already
+     // expired, so it still completes once, with success
+    auto t = std::make_unique<Timer>(ctx, 2ms);
+    wait_log log;
+    t->async_wait([&](error_code ec) {
+      log.handler(1)(ec);
+      t.reset();
+    });
+    t->async_wait(log.handler(2));
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
+    BOOST_TEST(log.ec(1) == error_code{});
+    BOOST_TEST(log.ec(2) == error_code{});
+  }
+  {  // a handler deletes another timer with a pending wait: that wait is aborted
+    auto victim = std::make_unique<Timer>(ctx, 10s);
+    Timer t(ctx, 2ms);
+    wait_log log;
+    victim->async_wait(log.handler(2));
+    t.async_wait([&](error_code ec) {
+      log.handler(1)(ec);
+      victim.reset();
+      BOOST_TEST(log.count(2) == 0u);
+    });
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    BOOST_TEST(log.order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
+    BOOST_TEST(log.ec(2) == aborted);
+  }
+  {  // a handler owns the timer (shared_ptr) and re-arms it; the last round releases it
+    std::weak_ptr<Timer> weak;
+    int rounds = 0;
+    {
+      auto sp = std::make_shared<Timer>(ctx, 1ms);
+      weak = sp;
+      struct step {
+        std::shared_ptr<Timer> t;
+        int* rounds;
+        void operator()(error_code ec) {
+          if (!ec && ++*rounds < 3) {
+            t->expires_after(1ms);
+            auto self = t;
+            self->async_wait(step{std::move(t), rounds});
+          }
+        }
+      };
+      sp->async_wait(step{sp, &rounds});
+    }
+    BOOST_TEST(!weak.expired());
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(rounds == 3);
+    BOOST_TEST(weak.expired());
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 14. time_point::max() and duration::max()
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(far_deadlines, Timer, timer_types) {
+  using time_point = typename Timer::time_point;
+  using duration = typename Timer::duration;
+  asio::io_context ctx;
+
+  Timer a(ctx);
+  BOOST_TEST(a.expires_at((time_point::max)()) == 0u);
+  BOOST_TEST((a.expiry() == (time_point::max)()));
+  Timer b(ctx);
+  BOOST_TEST(b.expires_after((duration::max)()) == 0u);
+  BOOST_TEST((b.expiry() == (time_point::max)()));  // saturated, no overflow
+  Timer c(ctx, (duration::max)());
+  BOOST_TEST((c.expiry() == (time_point::max)()));
+  Timer d(ctx.get_executor(), (time_point::max)());
+  BOOST_TEST((d.expiry() == (time_point::max)()));
+  Timer e(ctx, std::chrono::hours(24 * 365 * 100));  // ~100 years: large, no saturation
+  BOOST_TEST((e.expiry() < (time_point::max)()));
+
+  wait_log log;
+  a.async_wait(log.handler(1));
+  b.async_wait(log.handler(2));
+  c.async_wait(log.handler(3));
+  e.async_wait(log.handler(4));
+  auto dd = std::make_unique<Timer>(std::move(d));
+  dd->async_wait(log.handler(5));
+
+  // None of them fires early (e.g. through an overflow).
+  ctx.restart();
+  ctx.run_for(30ms);
+  BOOST_TEST(log.total() == 0u);
+
+  BOOST_TEST(a.cancel() == 1u);
+  BOOST_TEST(b.cancel_one() == 1u);
+  BOOST_TEST(c.expires_at((time_point::max)()) == 1u);
+  BOOST_TEST(e.expires_after((duration::max)()) == 1u);
+  dd.reset();
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+  for (int i = 1; i <= 5; ++i) {
+    BOOST_TEST(log.count(i) == 1u, "wait " << i);
+    BOOST_TEST(log.ec(i) == aborted, "wait " << i);
+  }
+
+  // A wait re-targeted from max to a near deadline fires.
+  a.expires_after(2ms);
+  a.async_wait(log.handler(6));
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(6) == error_code{});
+}
+
+// ---------------------------------------------------------------------------------------
+// 15. Destroying the io_context with pending work destroys handlers without calling them
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(context_destruction_destroys_handlers, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  {  // the timer is destroyed first (aborted handlers queued), the context never runs
+    int called = 0;
+    int dtors = 0;
+    auto owned = std::make_shared<int>(0);
+    {
+      asio::io_context ctx;
+      auto probe = std::make_shared<dtor_probe>(&dtors);
+      auto t = std::make_unique<Timer>(ctx, 10s);
+      t->async_wait([&called, owned, probe](error_code) { ++called; });
+      t->async_wait([&called, owned](error_code) { ++called; });
+      probe.reset();
+      BOOST_TEST(owned.use_count() == 3);
+      t.reset();
+      BOOST_TEST(called == 0);
+      BOOST_TEST(dtors == 0);  // the aborted handlers are queued, not destroyed yet
+    }
+    BOOST_TEST(called == 0);
+    BOOST_TEST(dtors == 1);
+    BOOST_TEST(owned.use_count() == 1);
+  }
+  {  // the handlers own their timers; the context is destroyed with the waits pending
+    int called = 0;
+    int dtors = 0;
+    std::vector<std::weak_ptr<Timer>> weak;
+    {
+      asio::io_context ctx;
+      auto arm = [&](std::shared_ptr<Timer> t) {
+        weak.push_back(t);
+        auto probe = std::make_shared<dtor_probe>(&dtors);
+        t->async_wait([&called, t, probe](error_code) { ++called; });
+      };
+      arm(std::make_shared<Timer>(ctx, 10s));
+      arm(std::make_shared<Timer>(ctx, clock::now() - 1s));  // due, never processed
+      arm(std::make_shared<Timer>(ctx, (Timer::time_point::max)()));
+      {
+        auto shared = std::make_shared<Timer>(ctx, 10s);  // two waits own one timer
+        arm(shared);
+        arm(shared);
+      }
+      for (auto& w : weak) BOOST_TEST(!w.expired());
+      BOOST_TEST(dtors == 0);
+    }
+    BOOST_TEST(called == 0);
+    BOOST_TEST(dtors == 5);
+    for (auto& w : weak) BOOST_TEST(w.expired());
+  }
+  {  // destroyed after a partial run: completed handlers ran once, the rest destroyed
+    int called = 0;
+    int dtors = 0;
+    {
+      asio::io_context ctx;
+      auto near = std::make_shared<Timer>(ctx, 1ms);
+      auto far = std::make_shared<Timer>(ctx, 10s);
+      auto p1 = std::make_shared<dtor_probe>(&dtors);
+      auto p2 = std::make_shared<dtor_probe>(&dtors);
+      near->async_wait([&called, near, p1](error_code) { ++called; });
+      far->async_wait([&called, far, p2](error_code) { ++called; });
+      p1.reset();
+      p2.reset();
+      near.reset();
+      far.reset();
+      BOOST_TEST(run_until(ctx, [&] { return called == 1; }));
+      BOOST_TEST(dtors == 1);
+    }
+    BOOST_TEST(called == 1);
+    BOOST_TEST(dtors == 2);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 16. Stress: two threads, 100,000 timers, half cancelled from the context
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(60))
+BOOST_AUTO_TEST_CASE_TEMPLATE(stress_two_threads, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  using time_point = typename Timer::time_point;
+#if defined(__SANITIZE_THREAD__)
+  constexpr std::size_t n = 25000;  // ThreadSanitizer makes every handler ~10x slower
+#else
+  constexpr std::size_t n = 100000;
+#endif
+
+  asio::io_context ctx(2);
+  auto guard = asio::make_work_guard(ctx);
+  std::vector<std::unique_ptr<Timer>> timers(n);
+  std::vector<time_point> deadlines(n);
+  std::unique_ptr<std::atomic<int>[]> calls(new std::atomic<int>[n]);
+  for (std::size_t i = 0; i < n; ++i) calls[i].store(0, std::memory_order_relaxed);
+  std::vector<int> ec_values(n, -1);    // written by the handler
+  std::vector<char> early(n, 0);        // written by the handler
+  std::vector<int> cancel_ret(n, -1);   // written by the posted cancel
+
+  std::atomic<int> finished{0};
+  auto worker = [&] {
+    ctx.run();
+    finished.fetch_add(1);
+  };
+  const auto t0 = wall::now();
+  std::thread w1(worker), w2(worker);
+
+  std::mt19937 rng(424242);
+  std::uniform_int_distribution<int> us(0, 50000);
+  const auto base = clock::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    timers[i] = std::make_unique<Timer>(ctx);
+    deadlines[i] = base + std::chrono::microseconds(us(rng));
+    timers[i]->expires_at(deadlines[i]);
+    timers[i]->async_wait([&, i](error_code ec) {
+      const auto now = clock::now();
+      if (!ec && now < deadlines[i]) early[i] = 1;
+      ec_values[i] = ec.value();
+      calls[i].fetch_add(1);
+    });
+    if (i % 2 == 1) {
+      asio::post(ctx, [&, i] { cancel_ret[i] = static_cast<int>(timers[i]->cancel()); });
+    }
+  }
+  guard.reset();
+  const auto limit = wall::now() + 60s;
+  while (finished.load() < 2 && wall::now() < limit) std::this_thread::sleep_for(1ms);
+  const bool hung = finished.load() < 2;
+  if (hung) ctx.stop();
+  w1.join();
+  w2.join();
+  const auto elapsed = wall::now() - t0;
+  BOOST_TEST(!hung);
+
+  std::size_t bad_calls = 0, bad_ec = 0, early_count = 0, cancelled = 0, bad_cancel_ret = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (calls[i].load() != 1) ++bad_calls;
+    if (early[i]) ++early_count;
+    if (i % 2 == 0) {
+      if (ec_values[i] != 0) ++bad_ec;
+    } else if (cancel_ret[i] == 1) {
+      ++cancelled;
+      if (ec_values[i] != aborted.value()) ++bad_ec;
+    } else if (cancel_ret[i] == 0) {
+      if (ec_values[i] != 0) ++bad_ec;  // cancel came after expiry: success
+    } else {
+      ++bad_cancel_ret;
+    }
+  }
+  BOOST_TEST(bad_calls == 0u);
+  BOOST_TEST(bad_ec == 0u);
+  BOOST_TEST(early_count == 0u);
+  BOOST_TEST(bad_cancel_ret == 0u);
+  BOOST_TEST_MESSAGE("stress: " << ms(elapsed) << " ms, " << cancelled << " of " << n / 2
+                                << " cancels hit a pending wait");
+  timers.clear();
+}
+
+// ---------------------------------------------------------------------------------------
+// 17. Associated allocator
+// ---------------------------------------------------------------------------------------
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(associated_allocator_is_used, Timer, timer_types) {
+  alloc_counters c;
+  const counting_allocator<void> alloc(&c);
+  {
+    asio::io_context ctx;
+    {  // success path
+      Timer t(ctx, 2ms);
+      std::size_t outstanding_in_handler = 99;
+      int calls = 0;
+      t.async_wait(asio::bind_allocator(alloc, [&](error_code ec) {
+        ++calls;
+        BOOST_TEST(!ec);
+        outstanding_in_handler = c.outstanding();
+      }));
+      BOOST_TEST(c.allocs.load() >= 1u);
+      auto r = run_ctx(ctx);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(calls == 1);
+      // The operation's memory is released before the handler is invoked.
+      BOOST_TEST(outstanding_in_handler == 0u);
+      BOOST_TEST(c.outstanding() == 0u);
+    }
+    {  // abort path, several waits
+      const auto before = c.allocs.load();
+      Timer t(ctx, 10s);
+      int calls = 0;
+      for (int i = 0; i < 3; ++i) {
+        t.async_wait(asio::bind_allocator(alloc, [&](error_code ec) {
+          ++calls;
+          BOOST_TEST(ec == aborted);
+        }));
+      }
+      BOOST_TEST(c.allocs.load() - before >= 3u);
+      BOOST_TEST(t.cancel() == 3u);
+      auto r = run_ctx(ctx);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(calls == 3);
+      BOOST_TEST(c.outstanding() == 0u);
+    }
+    {  // still pending when the context is destroyed
+      Timer* raw = nullptr;
+      auto t = std::make_shared<Timer>(ctx, 10s);
+      raw = t.get();
+      raw->async_wait(asio::bind_allocator(alloc, [t](error_code) {}));
+      BOOST_TEST(c.outstanding() >= 1u);
+    }
+  }
+  BOOST_TEST(c.allocs.load() >= 5u);
+  BOOST_TEST(c.outstanding() == 0u);
+  BOOST_TEST(c.bytes.load() == 0);
+}
