@@ -7,6 +7,7 @@ need=()
 [ -f /usr/include/boost/test/unit_test.hpp ] || need+=(libboost-test1.81-dev)
 command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)
+command -v python3 >/dev/null || need+=(python3)
 for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg"); done
 
 if [ ${#need[@]} -gt 0 ]; then

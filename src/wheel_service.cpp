@@ -316,6 +316,9 @@ void wheel_service::shutdown() {
   }
   // Destroying handlers may destroy timers, which call back into destroy(): unlocked.
   while (!doomed.empty()) doomed.pop()->destroy();
+  // The driver's service was registered after us, so it is destroyed before us: let go
+  // of the driver while that service is still there.
+  driver_.reset();
 }
 
 void configure(execution_context& ctx, const wheel_options& options) {

@@ -30,7 +30,8 @@ struct idle_state {
       timer;
   std::chrono::steady_clock::duration period;
   std::atomic<bool> touched{false};
-  std::atomic<bool> closed{false};
+  std::atomic<bool> cancelled{false};  // cancel() since the wait started
+  std::atomic<bool> closed{false};     // destroyed or moved over
 };
 
 // Waits one period at a time; a period in which touch() was called starts another.
@@ -42,7 +43,9 @@ class idle_wait_op {
       : state_(std::move(state)), handler_(std::forward<H>(handler)) {}
 
   void operator()(boost::system::error_code ec) {
-    if (!ec && state_->closed.load(std::memory_order_acquire)) {
+    // A cancel() that came after the period fired but before this ran must still win.
+    if (!ec && (state_->closed.load(std::memory_order_acquire) ||
+                state_->cancelled.load(std::memory_order_acquire))) {
       ec = boost::asio::error::operation_aborted;
     }
     if (!ec && state_->touched.exchange(false, std::memory_order_acq_rel)) {
@@ -116,8 +119,12 @@ class basic_idle_timer {
         initiate_wait{state_}, token);
   }
 
-  /// Aborts the pending wait; returns 0 or 1.
-  std::size_t cancel() { return state_->timer.cancel(); }
+  /// Aborts the pending wait (also one whose period has just ended but whose handler has
+  /// not run yet); returns how many waits the underlying timer aborted (0 or 1).
+  std::size_t cancel() {
+    state_->cancelled.store(true, std::memory_order_release);
+    return state_->timer.cancel();
+  }
 
  private:
   struct initiate_wait {
@@ -127,6 +134,7 @@ class basic_idle_timer {
     template <class Handler>
     void operator()(Handler&& handler) const {
       state->touched.store(false, std::memory_order_relaxed);
+      state->cancelled.store(false, std::memory_order_relaxed);
       state->timer.expires_after(state->period);
       state->timer.async_wait(detail::idle_wait_op<std::decay_t<Handler>, state_type>(
           state, std::forward<Handler>(handler)));

@@ -1,0 +1,295 @@
+// An echo server on 127.0.0.1 that closes every connection idle for --idle-timeout-ms:
+// one twheel::idle_timer per connection, touched on every read, so recording activity
+// costs one store instead of a timer re-arm per read.
+//
+//   idle_echo_server --port 0 --idle-timeout-ms 300 [--verbose]
+//
+// Prints "listening on <port>" once it accepts, and a summary when SIGINT or SIGTERM
+// stops it. example/idle_echo_client.py drives it with thousands of connections.
+#include <twheel/idle_timer.hpp>
+#include <twheel/steady_timer.hpp>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/write.hpp>
+
+#include <sys/resource.h>
+
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+  unsigned short port = 0;
+  std::chrono::milliseconds idle_timeout{0};
+  bool verbose = false;
+};
+
+void usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s --port P --idle-timeout-ms T [--verbose]\n"
+               "  P  port on 127.0.0.1, 0..65535 (0: any free port)\n"
+               "  T  close a connection after T ms without a received byte, 1..86400000\n",
+               argv0);
+}
+
+// A whole non-negative decimal number no greater than `max`, or nothing.
+std::optional<std::int64_t> parse_number(std::string_view text, std::int64_t max) {
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0 || value > max) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<options> parse_options(int argc, char** argv) {
+  options opts;
+  bool have_port = false;
+  bool have_timeout = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--verbose") {
+      opts.verbose = true;
+      continue;
+    }
+    if (arg != "--port" && arg != "--idle-timeout-ms") return std::nullopt;
+    if (i + 1 == argc) return std::nullopt;
+    const std::string_view value = argv[++i];
+    if (arg == "--port") {
+      const auto port = parse_number(value, 65535);
+      if (!port) return std::nullopt;
+      opts.port = static_cast<unsigned short>(*port);
+      have_port = true;
+    } else {
+      // A day at most: far below where milliseconds overflow the clock's nanoseconds.
+      const auto ms = parse_number(value, 86'400'000);
+      if (!ms || *ms == 0) return std::nullopt;
+      opts.idle_timeout = std::chrono::milliseconds(*ms);
+      have_timeout = true;
+    }
+  }
+  if (!have_port || !have_timeout) return std::nullopt;
+  return opts;
+}
+
+// Each connection is a descriptor: let the process open as many as it is allowed to.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    std::perror("setrlimit(RLIMIT_NOFILE)");  // not fatal: we serve fewer connections
+  }
+}
+
+enum class close_reason { idle, peer, shutdown };
+
+struct counters {
+  std::uint64_t accepted = 0;
+  std::uint64_t closed_idle = 0;
+  std::uint64_t closed_by_peer = 0;
+  std::uint64_t closed_at_shutdown = 0;
+};
+
+class server;
+
+class connection : public std::enable_shared_from_this<connection> {
+ public:
+  connection(tcp::socket socket, server& owner);
+  void start();
+  void close(close_reason why);
+
+ private:
+  void read();
+  void on_read(const error_code& ec, std::size_t n);
+
+  tcp::socket socket_;
+  twheel::idle_timer idle_;
+  server& server_;
+  tcp::endpoint peer_;
+  clock_type::time_point last_read_ = clock_type::now();  // kept only with --verbose
+  bool closed_ = false;
+  std::array<char, 4096> buffer_{};
+};
+
+class server {
+ public:
+  server(asio::io_context& ctx, const options& opts)
+      : opts_(opts),
+        acceptor_(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), opts.port)),
+        signals_(ctx, SIGINT, SIGTERM),
+        accept_retry_(ctx) {}
+
+  unsigned short port() const { return acceptor_.local_endpoint().port(); }
+  const options& opts() const { return opts_; }
+  counters& stats() { return stats_; }
+
+  void start() {
+    signals_.async_wait([this](const error_code& ec, int) {
+      if (!ec) stop();
+    });
+    accept();
+  }
+
+  void add(connection* c) { open_.insert(c); }
+  void remove(connection* c) { open_.erase(c); }
+
+ private:
+  void accept() {
+    acceptor_.async_accept([this](const error_code& ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (ec) {
+        // Out of descriptors (EMFILE) and the like: retrying at once would spin, so
+        // pause and let connections close.
+        std::fprintf(stderr, "accept: %s; retrying in 100 ms\n", ec.message().c_str());
+        accept_retry_.expires_after(std::chrono::milliseconds(100));
+        accept_retry_.async_wait([this](const error_code& wait_ec) {
+          if (!wait_ec) accept();
+        });
+        return;
+      }
+      ++stats_.accepted;
+      std::make_shared<connection>(std::move(socket), *this)->start();
+      accept();
+    });
+  }
+
+  // Everything pending completes with operation_aborted, so run() returns.
+  void stop() {
+    error_code ignored;
+    acceptor_.close(ignored);
+    accept_retry_.cancel();
+    const std::vector<connection*> open(open_.begin(), open_.end());
+    for (connection* c : open) c->close(close_reason::shutdown);
+  }
+
+  options opts_;
+  tcp::acceptor acceptor_;
+  asio::signal_set signals_;
+  twheel::steady_timer accept_retry_;
+  std::unordered_set<connection*> open_;  // each removes itself in close()
+  counters stats_;
+};
+
+connection::connection(tcp::socket socket, server& owner)
+    : socket_(std::move(socket)), idle_(socket_.get_executor(), owner.opts().idle_timeout),
+      server_(owner) {
+  error_code ignored;
+  peer_ = socket_.remote_endpoint(ignored);
+}
+
+void connection::start() {
+  server_.add(this);
+  // The wait and the read each hold the connection; it goes when both have finished.
+  idle_.async_wait([self = shared_from_this()](const error_code& ec) {
+    if (!ec) self->close(close_reason::idle);
+  });
+  read();
+}
+
+void connection::read() {
+  socket_.async_read_some(asio::buffer(buffer_),
+                          [self = shared_from_this()](const error_code& ec, std::size_t n) {
+                            self->on_read(ec, n);
+                          });
+}
+
+void connection::on_read(const error_code& ec, std::size_t n) {
+  if (closed_) return;
+  if (ec) {
+    close(close_reason::peer);  // end of stream, reset, or any other failure of the peer's
+    return;
+  }
+  idle_.touch();
+  if (server_.opts().verbose) last_read_ = clock_type::now();
+  asio::async_write(socket_, asio::buffer(buffer_, n),
+                    [self = shared_from_this()](const error_code& write_ec, std::size_t) {
+                      if (self->closed_) return;
+                      if (write_ec) {
+                        self->close(close_reason::peer);
+                        return;
+                      }
+                      self->read();
+                    });
+}
+
+void connection::close(close_reason why) {
+  if (closed_) return;
+  closed_ = true;
+  server_.remove(this);
+  counters& stats = server_.stats();
+  switch (why) {
+    case close_reason::idle:
+      ++stats.closed_idle;
+      if (server_.opts().verbose) {
+        const std::chrono::duration<double, std::milli> idle = clock_type::now() - last_read_;
+        std::printf("closed idle connection from %s:%u: no byte for %.1f ms\n",
+                    peer_.address().to_string().c_str(), unsigned{peer_.port()}, idle.count());
+      }
+      break;
+    case close_reason::peer:
+      ++stats.closed_by_peer;
+      break;
+    case close_reason::shutdown:
+      ++stats.closed_at_shutdown;
+      break;
+  }
+  idle_.cancel();
+  error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto opts = parse_options(argc, argv);
+  if (!opts) {
+    usage(argv[0]);
+    return 2;
+  }
+  raise_open_file_limit();
+
+  asio::io_context ctx(1);  // one thread: no locking needed anywhere
+  std::optional<server> srv;
+  try {
+    srv.emplace(ctx, *opts);
+  } catch (const boost::system::system_error& e) {
+    std::fprintf(stderr, "cannot listen on 127.0.0.1:%u: %s\n", unsigned{opts->port},
+                 e.code().message().c_str());
+    return 1;
+  }
+  srv->start();
+  std::printf("listening on %u\n", unsigned{srv->port()});
+  std::fflush(stdout);
+
+  ctx.run();
+
+  const counters& s = srv->stats();
+  std::printf(
+      "accepted %llu connections: %llu closed idle, %llu closed by peer, %llu closed at "
+      "shutdown\n",
+      static_cast<unsigned long long>(s.accepted), static_cast<unsigned long long>(s.closed_idle),
+      static_cast<unsigned long long>(s.closed_by_peer),
+      static_cast<unsigned long long>(s.closed_at_shutdown));
+  return 0;
+}
