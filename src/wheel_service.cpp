@@ -23,6 +23,7 @@ void settle(detail::wait_op* op, detail::wait_result result) noexcept {
   op->set_result(result);
   if (detail::wait_canceller* c = op->canceller()) {
     c->timer_ = nullptr;
+    c->service_.store(nullptr, std::memory_order_release);
     op->set_canceller(nullptr);
   }
 }
@@ -87,14 +88,14 @@ wheel_stats wheel_service::stats() const {
 void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                                detail::wait_op* op, detail::wait_canceller* canceller) {
   lock_type lock(mutex_);
+  op->set_canceller(canceller);
   if (shut_down_) {
     // Asio destroys operations started after shutdown without invoking them.
-    if (canceller) canceller->timer_ = nullptr;
+    settle(op, detail::wait_result::aborted);
     lock.unlock();
     op->destroy();
     return;
   }
-  op->set_canceller(canceller);
   if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
     retire(op, detail::wait_result::no_buffer_space);
     ++stats_.rejected;
@@ -205,6 +206,14 @@ void wheel_service::cancel_wait(detail::wait_canceller& canceller) noexcept {
   ensure_drain();
 }
 
+void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept {
+  lock_type lock(mutex_);
+  if (canceller.timer_ == nullptr) return;  // settled meanwhile
+  canceller.op_->set_canceller(nullptr);
+  canceller.timer_ = nullptr;
+  canceller.service_.store(nullptr, std::memory_order_release);
+}
+
 void wheel_service::ensure_drain() noexcept {
   if (drain_posted_) return;
   drain_posted_ = true;
@@ -221,32 +230,41 @@ void wheel_service::arm_driver(std::chrono::nanoseconds at) noexcept {
   const std::uint64_t generation = ++generation_;
   armed_at_ = at;
   if (at <= wheel_.now()) {
-    // Already due (or a bounded pass left work): run a pass after what is queued.
-    boost::asio::post(executor_, [this, generation] { on_driver(generation, {}); });
+    // Already due (or a bounded pass left work): run a pass after what is queued. A wait
+    // still pending on the internal timer would keep run() from returning: cancel it.
+    if (timer_armed_) {
+      timer_armed_ = false;
+      driver_->cancel();
+    }
+    boost::asio::post(executor_, [this, generation] { on_driver(generation, false, {}); });
     return;
   }
   const auto headroom = clock_type::time_point::max() - origin_;
   driver_->expires_at(at >= headroom ? clock_type::time_point::max() : origin_ + at);
+  timer_armed_ = true;
   driver_->async_wait([this, generation](const boost::system::error_code& ec) {
-    on_driver(generation, ec);
+    on_driver(generation, true, ec);
   });
 }
 
 void wheel_service::disarm_driver() noexcept {
   ++generation_;
-  if (armed_at_) {
-    armed_at_.reset();
+  armed_at_.reset();
+  if (timer_armed_) {
+    timer_armed_ = false;
     driver_->cancel();
   }
 }
 
-void wheel_service::on_driver(std::uint64_t generation, const boost::system::error_code& ec) {
+void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
+                              const boost::system::error_code& ec) {
   detail::op_queue fired;
   {
     lock_type lock(mutex_);
     // A superseded arm, a disarm or shutdown: a newer arm (if any) is still pending.
     if (generation != generation_ || shut_down_) return;
     armed_at_.reset();
+    if (from_timer) timer_armed_ = false;
     if (ec) return;
     ++stats_.wakeups;
     wheel_entry_list due;

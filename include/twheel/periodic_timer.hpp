@@ -51,6 +51,7 @@ struct periodic_state {
 
   // Called as the tick due at `next` completes at `now`: where the following one goes.
   void on_tick(clock_type::time_point now) {
+    ++ticks;
     if (mode == tick_mode::fixed_delay) return;
     const clock_type::time_point due = next;
     if (now - due < period || policy == missed_tick_policy::burst) {
@@ -62,7 +63,6 @@ struct periodic_state {
       skipped += missed;
       next = due + period * static_cast<clock_type::rep>(missed + 1);
     }
-    ++ticks;
   }
 
   basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>, Executor> timer;

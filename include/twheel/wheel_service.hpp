@@ -112,8 +112,9 @@ class wheel_service : public boost::asio::execution_context::service {
                 detail::wait_op* op);
   bool unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept;
 
-  // Called by a wait's cancellation slot.
+  // Called by a wait's cancellation slot handler: when emitted, and when destroyed.
   void cancel_wait(detail::wait_canceller& canceller) noexcept;
+  void detach_canceller(detail::wait_canceller& canceller) noexcept;
 
   // Called by every timer's constructor: the first one gives the service the executor its
   // driver runs on (the context's plain executor, found through `ex`).
@@ -139,7 +140,7 @@ class wheel_service : public boost::asio::execution_context::service {
   void ensure_drain() noexcept;
   void ensure_driver() noexcept;
   void arm_driver(std::chrono::nanoseconds at) noexcept;
-  void on_driver(std::uint64_t generation, const boost::system::error_code& ec);
+  void on_driver(std::uint64_t generation, bool from_timer, const boost::system::error_code& ec);
   void drain();
   void complete(detail::op_queue& ops);
   void requeue(detail::op_queue& ops) noexcept;
@@ -160,6 +161,7 @@ class wheel_service : public boost::asio::execution_context::service {
   bool shut_down_ = false;
   std::optional<boost::asio::steady_timer> driver_;
   std::optional<std::chrono::nanoseconds> armed_at_;  // driver's deadline, if armed
+  bool timer_armed_ = false;                   // driver_ has a wait we still want
   std::uint64_t generation_ = 0;               // bumped on every (re)arm and disarm
   wheel_stats stats_;
 };

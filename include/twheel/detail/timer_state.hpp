@@ -7,6 +7,8 @@
 
 #include <boost/asio/cancellation_type.hpp>
 
+#include <atomic>
+
 namespace twheel {
 class wheel_service;
 }  // namespace twheel
@@ -23,18 +25,23 @@ struct timer_state : wheel_entry {
   op_queue waits;
 };
 
-// Lives in a handler's cancellation slot while its wait is pending. The service clears
-// `timer` (under its lock) when the wait leaves the timer, so a late emit does nothing.
+// Lives in a handler's cancellation slot while its wait is pending. The wait and the
+// canceller point at each other; whichever goes first (the wait settling, or the slot's
+// handler being replaced or its signal destroyed) cuts the link under the service's lock,
+// so neither ever touches the other after it is gone.
 class wait_canceller {
  public:
   wait_canceller(wheel_service* service, timer_state* timer, wait_op* op) noexcept
       : service_(service), timer_(timer), op_(op) {}
+  wait_canceller(const wait_canceller&) = delete;
+  wait_canceller& operator=(const wait_canceller&) = delete;
 
-  // Defined in impl/wheel_service.hpp.
+  // Both defined in impl/wheel_service.hpp.
+  ~wait_canceller();
   void operator()(boost::asio::cancellation_type_t type);
 
-  wheel_service* service_;
-  timer_state* timer_;
+  std::atomic<wheel_service*> service_;  // null once the wait has settled
+  timer_state* timer_;                   // guarded by the service's lock
   wait_op* op_;
 };
 

@@ -51,8 +51,12 @@ inline void wait_canceller::operator()(boost::asio::cancellation_type_t type) {
   // A timer wait has no side effects, so every kind of cancellation may abort it.
   if (!!(type & (cancellation_type::terminal | cancellation_type::partial |
                  cancellation_type::total))) {
-    service_->cancel_wait(*this);
+    if (wheel_service* s = service_.load(std::memory_order_acquire)) s->cancel_wait(*this);
   }
+}
+
+inline wait_canceller::~wait_canceller() {
+  if (wheel_service* s = service_.load(std::memory_order_acquire)) s->detach_canceller(*this);
 }
 
 template <class T>

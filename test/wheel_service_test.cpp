@@ -1,0 +1,1569 @@
+// wheel_service_test.cpp: twheel-specific behaviour of the wheel service (configure(),
+// stats(), driver arming, max_pending, bounded passes, shutdown, exceptions, executors,
+// moves with per-operation cancellation, a multi-threaded stress).
+//
+// Asio conformance of twheel::steady_timer lives in steady_timer_test.cpp; everything
+// here is about what only twheel has (options, counters, the single driver timer), or
+// about situations where the service's own bookkeeping could go wrong.
+//
+// Timing rules: lower bounds are exact (a wait never completes before its deadline);
+// upper bounds are generous (hundreds of ms) so that loaded machines and sanitizer builds
+// pass. Every run() goes through a watchdog that stops the context, so a broken service
+// fails a test instead of hanging the suite.
+#define BOOST_TEST_MODULE wheel_service
+#include <boost/test/unit_test.hpp>
+
+#include <twheel/steady_timer.hpp>
+#include <twheel/wheel_service.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+using strand_type = asio::strand<asio::io_context::executor_type>;
+
+const error_code success{};
+const error_code aborted = asio::error::operation_aborted;
+const error_code no_space = asio::error::no_buffer_space;
+const error_code never = asio::error::would_block;  // "did not complete" marker
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+template <class D>
+long long ms(D d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+twheel::wheel_stats wstats(asio::io_context& ctx) { return twheel::stats(ctx); }
+
+const twheel::wheel_options& options_of(asio::io_context& ctx) {
+  return asio::use_service<twheel::wheel_service>(ctx).options();
+}
+
+struct run_result {
+  std::chrono::nanoseconds elapsed{};
+  std::size_t handlers = 0;
+  bool timed_out = false;  // the watchdog had to stop the context
+};
+
+// Stops `ctx` if it is still running after `limit`, so that a broken service fails a test
+// instead of hanging the suite.
+class watchdog {
+ public:
+  watchdog(asio::io_context& ctx, std::chrono::nanoseconds limit)
+      : thread_([this, &ctx, limit] {
+          std::unique_lock<std::mutex> lk(m_);
+          if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
+            fired_ = true;
+            ctx.stop();
+          }
+        }) {}
+  watchdog(const watchdog&) = delete;
+  watchdog& operator=(const watchdog&) = delete;
+  ~watchdog() { finish(); }
+
+  // Stops the watchdog; true if it had fired.
+  bool finish() {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lk(m_);
+        done_ = true;
+      }
+      cv_.notify_one();
+      thread_.join();
+    }
+    return fired_;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  bool fired_ = false;
+  std::thread thread_;  // last: started once the rest is initialised
+};
+
+// ctx.restart(), then ctx.run() on the calling thread and `threads - 1` more, under a
+// watchdog. Exceptions from run() on the calling thread propagate (single thread only).
+run_result run_ctx(asio::io_context& ctx, std::chrono::nanoseconds limit = 10s,
+                   int threads = 1) {
+  ctx.restart();
+  watchdog dog(ctx, limit);
+  std::vector<std::thread> extra;
+  for (int i = 1; i < threads; ++i) extra.emplace_back([&ctx] { ctx.run(); });
+  run_result r;
+  const auto t0 = clock_type::now();
+  r.handlers = ctx.run();
+  for (auto& t : extra) t.join();
+  r.elapsed = clock_type::now() - t0;
+  r.timed_out = dog.finish();
+  return r;
+}
+
+// Runs handlers one at a time until pred() holds; false if it didn't within `limit`.
+template <class Pred>
+bool run_until(asio::io_context& ctx, Pred pred, std::chrono::nanoseconds limit = 5s) {
+  const auto deadline = clock_type::now() + limit;
+  while (!pred()) {
+    if (clock_type::now() >= deadline) return false;
+    if (ctx.stopped()) ctx.restart();
+    if (ctx.run_one_for(2ms) == 0) std::this_thread::yield();
+  }
+  return true;
+}
+
+// Runs `f` and aborts the whole test program if it has not returned after `limit`: for
+// code that cannot be interrupted (a deadlock in a destructor would hang the suite).
+template <class F>
+void within(std::chrono::nanoseconds limit, const char* what, F f) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lk(m);
+    if (!cv.wait_for(lk, limit, [&] { return done; })) {
+      std::fprintf(stderr, "FATAL: '%s' did not finish within %lld ms (deadlock?)\n", what,
+                   ms(limit));
+      std::abort();
+    }
+  });
+  f();
+  {
+    std::lock_guard<std::mutex> lk(m);
+    done = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+}
+
+// Records completions of single-threaded waits: order and error codes per id.
+struct wait_log {
+  std::vector<int> order;
+  std::map<int, std::vector<error_code>> results;
+
+  auto handler(int id) {
+    return [this, id](error_code ec) {
+      order.push_back(id);
+      results[id].push_back(ec);
+    };
+  }
+  std::size_t count(int id) const {
+    auto it = results.find(id);
+    return it == results.end() ? 0 : it->second.size();
+  }
+  error_code ec(int id) const {
+    auto it = results.find(id);
+    if (it == results.end() || it->second.empty()) return never;
+    return it->second.back();
+  }
+  std::size_t total() const { return order.size(); }
+};
+
+// Calls a function when the last copy of the hook goes away: put one in a handler's
+// captures to observe the handler's final destruction (moves do not trigger it).
+struct on_destroy {
+  std::function<void()> f;
+  ~on_destroy() {
+    if (f) f();
+  }
+};
+using destroy_hook = std::shared_ptr<on_destroy>;
+
+destroy_hook hook(std::function<void()> f) {
+  auto h = std::make_shared<on_destroy>();
+  h->f = std::move(f);
+  return h;
+}
+
+// Which exception `f` throws, by most derived standard type (std::invalid_argument
+// derives from std::logic_error, so BOOST_CHECK_THROW cannot tell them apart).
+struct thrown {
+  std::string kind = "none";
+  std::string what;
+};
+
+template <class F>
+thrown what_throws(F f) {
+  thrown t;
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    t.kind = "invalid_argument";
+    t.what = e.what();
+  } catch (const std::logic_error& e) {
+    t.kind = "logic_error";
+    t.what = e.what();
+  } catch (const std::exception& e) {
+    t.kind = "other";
+    t.what = e.what();
+  }
+  return t;
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+bool same_options(const twheel::wheel_options& a, const twheel::wheel_options& b) {
+  return a.tick == b.tick && a.levels == b.levels && a.max_pending == b.max_pending &&
+         a.max_per_pass == b.max_per_pass;
+}
+
+twheel::wheel_options options_with_tick(std::chrono::nanoseconds tick) {
+  twheel::wheel_options o;
+  o.tick = tick;
+  return o;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// 1. configure()
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(configure_applies_options_before_first_timer) {
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.tick = 10ms;
+  o.levels = 4;
+  o.max_pending = 1000;
+  o.max_per_pass = 123;
+
+  const auto before = clock_type::now();  // the wheel's origin is taken in configure()
+  twheel::configure(ctx, o);
+
+  const auto& applied = options_of(ctx);
+  BOOST_TEST(ms(applied.tick) == 10);
+  BOOST_TEST(applied.levels == 4u);
+  BOOST_TEST(applied.max_pending == 1000u);
+  BOOST_TEST(applied.max_per_pass == 123u);
+
+  // A 1 ms wait is rounded up to the 10 ms tick: its deadline tick is >= 1, so it cannot
+  // complete before origin + 10 ms (with a 1 ms tick it would complete ~2 ms in).
+  twheel::steady_timer t(ctx);
+  const auto deadline = clock_type::now() + 1ms;
+  t.expires_at(deadline);
+  error_code got = never;
+  clock_type::time_point done{};
+  t.async_wait([&](error_code ec) {
+    got = ec;
+    done = clock_type::now();
+  });
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(got == success);
+  BOOST_TEST((done >= deadline));
+  BOOST_TEST(ms(done - before) >= 10);
+  auto s = wstats(ctx);
+  BOOST_TEST(s.fired == 1u);
+  BOOST_TEST(s.wakeups >= 1u);
+  BOOST_TEST(s.pending == 0u);
+
+  // Five waits with deadlines 1..5 ms apart span at most two 10 ms ticks, so the driver
+  // needs at most two passes for them (one per deadline with a 1 ms tick).
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  wait_log log;
+  const auto base = clock_type::now();
+  std::vector<clock_type::time_point> deadlines;
+  for (int i = 0; i < 5; ++i) {
+    deadlines.push_back(base + std::chrono::milliseconds(2 * i + 1));
+    timers.push_back(std::make_unique<twheel::steady_timer>(ctx, deadlines.back()));
+    timers.back()->async_wait([&log, &deadlines, i](error_code ec) {
+      log.handler(i)(ec);
+      BOOST_TEST((clock_type::now() >= deadlines[static_cast<std::size_t>(i)]),
+                 "wait " << i << " completed early");
+    });
+  }
+  const auto wakeups_before = wstats(ctx).wakeups;
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.total() == 5u);
+  for (int i = 0; i < 5; ++i) BOOST_TEST(log.ec(i) == success, "wait " << i);
+  BOOST_TEST(wstats(ctx).wakeups - wakeups_before <= 2u);
+  BOOST_TEST(wstats(ctx).fired == 6u);
+}
+
+BOOST_AUTO_TEST_CASE(configure_after_first_timer_throws_logic_error) {
+  asio::io_context ctx;
+  twheel::steady_timer t(ctx);  // creates the service with default options
+
+  const auto x = what_throws([&] { twheel::configure(ctx, options_with_tick(10ms)); });
+  BOOST_TEST(x.kind == "logic_error");  // and not invalid_argument: the options are fine
+  BOOST_TEST(!x.what.empty());
+
+  // Nothing changed: the defaults are still in force.
+  BOOST_TEST(same_options(options_of(ctx), twheel::wheel_options{}));
+
+  // ... and the wheel still works with them (a 1 ms tick: a 1 ms wait is not held back
+  // to a 10 ms boundary; checked loosely, the point is that it completes normally).
+  error_code got = never;
+  t.expires_after(1ms);
+  t.async_wait([&](error_code ec) { got = ec; });
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(got == success);
+
+  // Still refused later, with any options.
+  twheel::wheel_options o;
+  o.max_pending = 5;
+  BOOST_TEST(what_throws([&] { twheel::configure(ctx, o); }).kind == "logic_error");
+  BOOST_TEST(options_of(ctx).max_pending == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(configure_twice_throws) {
+  asio::io_context ctx;
+  twheel::wheel_options first;
+  first.tick = 2ms;
+  first.levels = 3;
+  first.max_pending = 10;
+  first.max_per_pass = 7;
+  twheel::configure(ctx, first);
+
+  twheel::wheel_options second;
+  second.tick = 5ms;
+  second.levels = 8;
+  second.max_pending = 0;
+  second.max_per_pass = 99;
+  const auto x = what_throws([&] { twheel::configure(ctx, second); });
+  BOOST_TEST(x.kind == "logic_error");
+  BOOST_TEST(same_options(options_of(ctx), first));
+
+  // Identical options are refused as well: configure() is once only.
+  BOOST_TEST(what_throws([&] { twheel::configure(ctx, first); }).kind == "logic_error");
+  BOOST_TEST(same_options(options_of(ctx), first));
+}
+
+BOOST_AUTO_TEST_CASE(configure_rejects_bad_values) {
+  struct bad_case {
+    const char* name;
+    twheel::wheel_options options;
+    std::vector<std::string> mentions;  // what() must name the field and the bad value
+  };
+  std::vector<bad_case> cases;
+  {
+    twheel::wheel_options o;
+    o.tick = std::chrono::nanoseconds(0);
+    cases.push_back({"tick 0", o, {"tick", "0"}});
+  }
+  {
+    twheel::wheel_options o;
+    o.tick = std::chrono::nanoseconds(-5);
+    cases.push_back({"tick -5 ns", o, {"tick", "-5"}});
+  }
+  {
+    twheel::wheel_options o;
+    o.tick = -1ms;
+    cases.push_back({"tick -1 ms", o, {"tick", "-1000000"}});
+  }
+  {
+    twheel::wheel_options o;
+    o.levels = 0;
+    cases.push_back({"levels 0", o, {"levels", "got 0"}});
+  }
+  {
+    twheel::wheel_options o;
+    o.levels = 11;
+    cases.push_back({"levels 11", o, {"levels", "11"}});
+  }
+  {
+    twheel::wheel_options o;
+    o.max_per_pass = 0;
+    cases.push_back({"max_per_pass 0", o, {"max_per_pass", "0"}});
+  }
+
+  for (const auto& c : cases) {
+    BOOST_TEST_CONTEXT(c.name) {
+      asio::io_context ctx;
+      const auto x = what_throws([&] { twheel::configure(ctx, c.options); });
+      BOOST_TEST(x.kind == "invalid_argument");
+      for (const auto& m : c.mentions) {
+        BOOST_TEST(contains(x.what, m), "what() = '" << x.what << "' lacks '" << m << "'");
+      }
+      // Nothing changed: no service was created, so a valid configure() still works.
+      BOOST_TEST(!asio::has_service<twheel::wheel_service>(ctx));
+      twheel::wheel_options good;
+      good.tick = 3ms;
+      BOOST_TEST(what_throws([&] { twheel::configure(ctx, good); }).kind == "none");
+      BOOST_TEST(ms(options_of(ctx).tick) == 3);
+    }
+  }
+
+  // The boundaries themselves are valid.
+  for (unsigned levels : {1u, 10u}) {
+    asio::io_context ctx;
+    twheel::wheel_options o;
+    o.levels = levels;
+    o.tick = std::chrono::nanoseconds(1);
+    o.max_per_pass = 1;
+    BOOST_TEST(what_throws([&] { twheel::configure(ctx, o); }).kind == "none",
+               "levels " << levels);
+    BOOST_TEST(options_of(ctx).levels == levels);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(configure_error_code_overload) {
+  static_assert(noexcept(twheel::configure(std::declval<asio::io_context&>(),
+                                           std::declval<const twheel::wheel_options&>(),
+                                           std::declval<error_code&>())));
+  {  // bad value
+    asio::io_context ctx;
+    twheel::wheel_options o;
+    o.levels = 0;
+    error_code ec;
+    BOOST_TEST(what_throws([&] { twheel::configure(ctx, o, ec); }).kind == "none");
+    BOOST_TEST(ec == error_code(asio::error::invalid_argument));
+    BOOST_TEST(!asio::has_service<twheel::wheel_service>(ctx));
+
+    o.levels = 6;
+    o.max_per_pass = 0;
+    ec = never;
+    twheel::configure(ctx, o, ec);
+    BOOST_TEST(ec == error_code(asio::error::invalid_argument));
+
+    // success clears a stale error code
+    o.max_per_pass = 17;
+    ec = never;
+    twheel::configure(ctx, o, ec);
+    BOOST_TEST(!ec);
+    BOOST_TEST(options_of(ctx).max_per_pass == 17u);
+
+    // twice
+    twheel::wheel_options other;
+    other.max_per_pass = 5;
+    twheel::configure(ctx, other, ec);
+    BOOST_TEST(ec == error_code(asio::error::already_started));
+    BOOST_TEST(options_of(ctx).max_per_pass == 17u);
+  }
+  {  // after the first timer
+    asio::io_context ctx;
+    twheel::steady_timer t(ctx);
+    error_code ec;
+    BOOST_TEST(what_throws([&] {
+                 twheel::configure(ctx, options_with_tick(10ms), ec);
+               }).kind == "none");
+    BOOST_TEST(ec == error_code(asio::error::already_started));
+    BOOST_TEST(same_options(options_of(ctx), twheel::wheel_options{}));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. stats()
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(stats_counts_are_exact) {
+  asio::io_context ctx;
+  {
+    const auto s = wstats(ctx);
+    BOOST_TEST(s.pending == 0u);
+    BOOST_TEST(s.timers == 0u);
+    BOOST_TEST(s.fired == 0u);
+    BOOST_TEST(s.cancelled == 0u);
+    BOOST_TEST(s.rejected == 0u);
+    BOOST_TEST(s.wakeups == 0u);
+  }
+
+  wait_log log;
+  twheel::steady_timer fires(ctx, 5ms);   // 1: fires
+  twheel::steady_timer all(ctx, 1h);      // 2, 3: cancel()
+  twheel::steady_timer one(ctx, 1h);      // 4, 5: cancel_one(), later cancel()
+  twheel::steady_timer rearmed(ctx, 1h);  // 6: aborted by expires_after(); 9 then fires
+  twheel::steady_timer perop(ctx, 1h);    // 7: per-operation cancellation
+  auto doomed = std::make_unique<twheel::steady_timer>(ctx, 1h);  // 8: timer destroyed
+  asio::cancellation_signal sig;
+
+  fires.async_wait(log.handler(1));
+  all.async_wait(log.handler(2));
+  all.async_wait(log.handler(3));
+  one.async_wait(log.handler(4));
+  one.async_wait(log.handler(5));
+  rearmed.async_wait(log.handler(6));
+  perop.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(7)));
+  doomed->async_wait(log.handler(8));
+
+  auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 8u);
+  BOOST_TEST(s.timers == 6u);
+  BOOST_TEST(s.fired == 0u);
+  BOOST_TEST(s.cancelled == 0u);
+  BOOST_TEST(s.wakeups == 0u);  // nothing has run
+
+  BOOST_TEST(all.cancel() == 2u);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 6u);
+  BOOST_TEST(s.cancelled == 2u);
+  BOOST_TEST(s.timers == 5u);  // a timer left without waits leaves the wheel
+
+  BOOST_TEST(one.cancel_one() == 1u);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 5u);
+  BOOST_TEST(s.cancelled == 3u);
+  BOOST_TEST(s.timers == 5u);  // still has wait 5
+
+  BOOST_TEST(rearmed.expires_after(10ms) == 1u);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 4u);
+  BOOST_TEST(s.cancelled == 4u);
+  rearmed.async_wait(log.handler(9));
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 5u);
+  BOOST_TEST(s.timers == 5u);
+
+  sig.emit(asio::cancellation_type::terminal);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 4u);
+  BOOST_TEST(s.cancelled == 5u);
+  BOOST_TEST(s.timers == 4u);
+
+  doomed.reset();
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 3u);
+  BOOST_TEST(s.cancelled == 6u);
+  BOOST_TEST(s.timers == 3u);
+  BOOST_TEST(s.fired == 0u);
+  BOOST_TEST(log.total() == 0u);  // counters move at once; no handler ran yet
+
+  // Run until both remaining deadlines (5 ms and 10 ms) fired.
+  BOOST_TEST(run_until(ctx, [&] { return log.count(1) == 1 && log.count(9) == 1; }));
+  s = wstats(ctx);
+  BOOST_TEST(s.fired == 2u);
+  BOOST_TEST(s.pending == 1u);  // wait 5
+  BOOST_TEST(s.cancelled == 6u);
+  BOOST_TEST(s.timers == 1u);
+  BOOST_TEST(s.wakeups >= 1u);
+  BOOST_TEST(s.rejected == 0u);
+
+  BOOST_TEST(one.cancel() == 1u);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.cancelled == 7u);
+  BOOST_TEST(s.timers == 0u);
+
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 1000);
+
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.fired == 2u);
+  BOOST_TEST(s.cancelled == 7u);
+  BOOST_TEST(s.rejected == 0u);
+  BOOST_TEST(s.fired + s.cancelled == 9u);  // every wait started
+  BOOST_TEST(log.total() == 9u);
+  for (int id = 1; id <= 9; ++id) {
+    BOOST_TEST(log.count(id) == 1u, "wait " << id);
+    const bool should_fire = id == 1 || id == 9;
+    BOOST_TEST(log.ec(id) == (should_fire ? success : aborted), "wait " << id);
+  }
+
+  // wakeups grows when the driver fires, and pending is 0 after run() returned by itself.
+  const auto w0 = s.wakeups;
+  fires.expires_after(2ms);
+  fires.async_wait(log.handler(10));
+  BOOST_TEST(wstats(ctx).pending == 1u);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  s = wstats(ctx);
+  BOOST_TEST(log.ec(10) == success);
+  BOOST_TEST(s.wakeups > w0);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.fired == 3u);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. No pending waits: no outstanding work, no wake-ups
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(no_pending_waits_means_no_work_and_no_wakeups) {
+  {  // the only wait cancelled: run() returns although the deadline is an hour away
+    asio::io_context ctx;
+    twheel::steady_timer t(ctx, 1h);
+    wait_log log;
+    t.async_wait(log.handler(1));
+    BOOST_TEST(t.cancel() == 1u);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 500);
+    BOOST_TEST(log.ec(1) == aborted);
+    BOOST_TEST(wstats(ctx).wakeups == 0u);
+  }
+  {  // the only wait cancelled per-operation while run() executes
+    asio::io_context ctx;
+    twheel::steady_timer t(ctx, 1h);
+    asio::cancellation_signal sig;
+    wait_log log;
+    t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
+    asio::post(ctx, [&] { sig.emit(asio::cancellation_type::terminal); });
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 500);
+    BOOST_TEST(log.ec(1) == aborted);
+  }
+  {  // timers without waits (expiry set in every way) do not keep run() busy
+    asio::io_context ctx;
+    twheel::steady_timer a(ctx, 1h);
+    twheel::steady_timer b(ctx, clock_type::now() + 20ms);
+    twheel::steady_timer c(ctx);
+    c.expires_after(5ms);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(r.handlers == 0u);
+    BOOST_TEST(ms(r.elapsed) < 100);
+    const auto s = wstats(ctx);
+    BOOST_TEST(s.wakeups == 0u);
+    BOOST_TEST(s.pending == 0u);
+    BOOST_TEST(s.timers == 0u);
+  }
+  {  // no wake-ups while nothing is pending, even with wait-less entries due soon
+    asio::io_context ctx;
+    twheel::steady_timer first(ctx, 2ms);
+    wait_log log;
+    first.async_wait(log.handler(1));
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.ec(1) == success);
+    const auto w = wstats(ctx).wakeups;
+    BOOST_TEST(w >= 1u);
+
+    // An entry whose wait was aborted by a later expires_after() may stay filed at its
+    // old (10 ms) slot; another wait (15 ms) is cancelled. Neither may wake the driver.
+    twheel::steady_timer moved_out(ctx, 10ms);
+    moved_out.async_wait(log.handler(2));
+    BOOST_TEST(moved_out.expires_after(1h) == 1u);
+    twheel::steady_timer cancelled(ctx, 15ms);
+    cancelled.async_wait(log.handler(3));
+    BOOST_TEST(cancelled.cancel() == 1u);
+
+    auto guard = asio::make_work_guard(ctx);
+    ctx.restart();
+    ctx.run_for(50ms);  // runs the two aborted completions, then just sleeps
+    BOOST_TEST(log.ec(2) == aborted);
+    BOOST_TEST(log.ec(3) == aborted);
+    const auto s = wstats(ctx);
+    BOOST_TEST(s.wakeups == w);
+    BOOST_TEST(s.pending == 0u);
+    guard.reset();
+    r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 500);
+  }
+}
+
+// The driver is armed (as an Asio timer) for a far deadline; then an already expired wait
+// is started (its pass is posted) and the far wait is cancelled. Once the expired wait
+// has completed nothing is pending, so run() must return.
+BOOST_AUTO_TEST_CASE(no_work_left_after_expired_wait_and_cancel) {
+  {  // set up before run()
+    asio::io_context ctx;
+    twheel::steady_timer far(ctx, 1h);
+    twheel::steady_timer past(ctx, clock_type::now() - 1s);
+    wait_log log;
+    far.async_wait(log.handler(1));
+    past.async_wait(log.handler(2));
+    BOOST_TEST(far.cancel() == 1u);
+    auto r = run_ctx(ctx, 3s);
+    BOOST_TEST(!r.timed_out, "run() kept running with nothing pending");
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    BOOST_TEST(log.ec(1) == aborted);
+    BOOST_TEST(log.ec(2) == success);
+    BOOST_TEST(wstats(ctx).pending == 0u);
+  }
+  {  // the same from inside a handler (a keep-alive due now, the long timeout dropped)
+    asio::io_context ctx;
+    twheel::steady_timer far(ctx, 1h);
+    twheel::steady_timer now_due(ctx);
+    wait_log log;
+    far.async_wait(log.handler(1));
+    asio::post(ctx, [&] {
+      now_due.expires_at(clock_type::time_point::min());
+      now_due.async_wait(log.handler(2));
+      far.cancel();
+    });
+    auto r = run_ctx(ctx, 3s);
+    BOOST_TEST(!r.timed_out, "run() kept running with nothing pending");
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    BOOST_TEST(log.ec(1) == aborted);
+    BOOST_TEST(log.ec(2) == success);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Re-arming from another thread while run() is blocked
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(rearm_from_another_thread_while_run_blocks) {
+  asio::io_context ctx;
+  auto guard = asio::make_work_guard(ctx);
+  twheel::steady_timer slow(ctx, 10s);
+  std::promise<error_code> slow_done;
+  slow.async_wait([&](error_code ec) { slow_done.set_value(ec); });
+
+  std::atomic<bool> a_returned{false};
+  std::thread a([&] {
+    ctx.run();
+    a_returned = true;
+  });
+  std::this_thread::sleep_for(50ms);  // A is blocked in run(), the driver armed for 10 s
+
+  std::chrono::nanoseconds fast_elapsed{};
+  error_code fast_ec = never;
+  std::thread::id ran_on;
+  std::thread b([&] {
+    twheel::steady_timer fast(ctx);  // constructed and armed on B, not posted
+    std::promise<void> done;
+    auto fut = done.get_future();
+    fast.expires_after(20ms);
+    const auto t0 = clock_type::now();
+    fast.async_wait([&](error_code ec) {
+      fast_elapsed = clock_type::now() - t0;
+      fast_ec = ec;
+      ran_on = std::this_thread::get_id();
+      done.set_value();
+    });
+    if (fut.wait_for(2s) != std::future_status::ready) {
+      fast.cancel();  // keep `fast` alive until its handler has run
+      fut.wait();
+    }
+  });
+  b.join();
+  BOOST_TEST(fast_ec == success);
+  BOOST_TEST(ms(fast_elapsed) >= 20);
+  BOOST_TEST(ms(fast_elapsed) < 500);
+  BOOST_TEST((ran_on == a.get_id()));
+
+  BOOST_TEST(slow.cancel() == 1u);
+  guard.reset();
+  auto slow_fut = slow_done.get_future();
+  const bool slow_completed = slow_fut.wait_for(2s) == std::future_status::ready;
+  BOOST_TEST(slow_completed);
+  const auto t0 = clock_type::now();
+  while (!a_returned && clock_type::now() - t0 < 2s) std::this_thread::sleep_for(1ms);
+  BOOST_TEST(a_returned.load(), "run() did not return after the guard was released");
+  if (!a_returned) ctx.stop();
+  a.join();
+  if (slow_completed) BOOST_TEST(slow_fut.get() == aborted);
+  const auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.fired == 1u);
+  BOOST_TEST(s.cancelled == 1u);
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. max_pending
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(max_pending_rejects_excess_waits) {
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.max_pending = 3;
+  twheel::configure(ctx, o);
+
+  wait_log log;
+  bool inside_async_wait = false;
+  std::vector<int> completed_inside;
+  auto handler = [&](int id) {
+    return [&, id](error_code ec) {
+      if (inside_async_wait) completed_inside.push_back(id);
+      log.handler(id)(ec);
+    };
+  };
+  auto start = [&](twheel::steady_timer& t, int id) {
+    inside_async_wait = true;
+    t.async_wait(handler(id));
+    inside_async_wait = false;
+  };
+
+  const auto deadline = clock_type::now() + 100ms;
+  twheel::steady_timer t0(ctx, deadline), t1(ctx, deadline), t2(ctx, deadline),
+      t3(ctx, deadline);
+  start(t0, 0);
+  start(t1, 1);
+  start(t2, 2);
+  start(t3, 3);  // the 4th concurrent wait
+  BOOST_TEST(log.total() == 0u);  // not completed inside async_wait
+  auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 3u);
+  BOOST_TEST(s.rejected == 1u);
+  BOOST_TEST(s.timers == 3u);
+
+  // The rejection completes first, long before the deadline; the others are untouched.
+  BOOST_TEST(run_until(ctx, [&] { return log.count(3) == 1; }));
+  BOOST_TEST(log.ec(3) == no_space);
+  BOOST_TEST((clock_type::now() < deadline), "the rejection waited for the deadline");
+  BOOST_TEST(log.count(0) + log.count(1) + log.count(2) == 0u);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 3u);
+  BOOST_TEST(s.cancelled == 0u);
+  BOOST_TEST(t3.cancel() == 0u);  // nothing of the rejected wait is left on its timer
+
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST((clock_type::now() >= deadline));
+  for (int id = 0; id < 3; ++id) {
+    BOOST_TEST(log.count(id) == 1u, "wait " << id);
+    BOOST_TEST(log.ec(id) == success, "wait " << id);
+  }
+  BOOST_TEST(log.count(3) == 1u);
+  BOOST_TEST(completed_inside.empty());
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.fired == 3u);
+  BOOST_TEST(s.rejected == 1u);
+
+  // Capacity is back: three new concurrent waits are accepted (one on the timer whose wait
+  // was rejected), a fourth is rejected again.
+  for (auto* t : {&t0, &t1, &t3}) t->expires_after(5ms);
+  start(t0, 10);
+  start(t1, 11);
+  start(t3, 13);
+  BOOST_TEST(wstats(ctx).rejected == 1u);
+  BOOST_TEST(wstats(ctx).pending == 3u);
+  // A cancelled wait frees its place at once.
+  t2.expires_after(5ms);
+  start(t2, 12);
+  BOOST_TEST(wstats(ctx).rejected == 2u);
+  BOOST_TEST(t1.cancel() == 1u);
+  start(t2, 14);
+  BOOST_TEST(wstats(ctx).rejected == 2u);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(10) == success);
+  BOOST_TEST(log.ec(11) == aborted);
+  BOOST_TEST(log.ec(12) == no_space);
+  BOOST_TEST(log.ec(13) == success);
+  BOOST_TEST(log.ec(14) == success);
+  BOOST_TEST(completed_inside.empty());
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.fired == 6u);
+  BOOST_TEST(s.cancelled == 1u);
+  BOOST_TEST(s.rejected == 2u);
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. max_per_pass: bounded driver passes
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(bounded_passes_let_other_handlers_run) {
+  constexpr std::size_t n = 1000;
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.max_per_pass = 10;
+  twheel::configure(ctx, o);
+
+  const auto deadline = clock_type::now() + 20ms;
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  std::vector<int> calls(n, 0);
+  std::vector<error_code> codes(n, never);
+  std::size_t completed = 0;
+  std::optional<std::size_t> completed_when_other_ran;
+  for (std::size_t i = 0; i < n; ++i) {
+    timers.push_back(std::make_unique<twheel::steady_timer>(ctx, deadline));
+    timers.back()->async_wait([&, i](error_code ec) {
+      ++calls[i];
+      codes[i] = ec;
+      if (completed++ == 0) {
+        // Posted when the batch starts: it must get its turn between two passes.
+        asio::post(ctx, [&] { completed_when_other_ran = completed; });
+      }
+    });
+  }
+  BOOST_TEST(wstats(ctx).pending == n);
+
+  auto r = run_ctx(ctx);  // a single run()
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST((clock_type::now() >= deadline));
+  BOOST_TEST(completed == n);
+  BOOST_TEST(std::count(calls.begin(), calls.end(), 1) == static_cast<long>(n));
+  BOOST_TEST(std::count(codes.begin(), codes.end(), success) == static_cast<long>(n));
+  BOOST_TEST(completed_when_other_ran.has_value());
+  if (completed_when_other_ran) {
+    BOOST_TEST(*completed_when_other_ran < n, "the posted handler waited for the whole batch");
+    BOOST_TEST(*completed_when_other_ran <= 3 * o.max_per_pass);
+  }
+  const auto s = wstats(ctx);
+  BOOST_TEST(s.fired == n);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.wakeups > 1u);
+  BOOST_TEST(s.wakeups >= n / o.max_per_pass);  // each pass examines at most 10 entries
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Shutdown: destroying the context with pending waits
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(shutdown_destroys_handlers_without_invoking_them) {
+  int invoked = 0;
+  int destroyed = 0;
+  int late_invoked = 0;
+  int late_destroyed = 0;
+  int expected_destroyed = 0;
+  std::vector<std::weak_ptr<twheel::steady_timer>> handler_owned;
+  std::unique_ptr<twheel::steady_timer> victim;  // owned outside any handler
+  std::atomic<bool> ctx2_returned{false};
+  asio::io_context ctx2;                         // outlives the context under test
+  std::thread ctx2_runner;
+
+  {
+    std::optional<asio::io_context> ctx(std::in_place);
+    auto count_destroy = [&] { return hook([&] { ++destroyed; }); };
+
+    // Use the driver once, so that it is a "used" wheel that gets destroyed.
+    {
+      twheel::steady_timer t(*ctx, 1ms);
+      error_code ec = never;
+      t.async_wait([&](error_code e) { ec = e; });
+      auto r = run_ctx(*ctx);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(ec == success);
+    }
+
+    // (a) timers owned only by their own handler (a cycle broken by destruction)
+    for (int i = 0; i < 10; ++i) {
+      auto t = std::make_shared<twheel::steady_timer>(*ctx, std::chrono::minutes(10 + i));
+      handler_owned.push_back(t);
+      t->async_wait([t, h = count_destroy(), &invoked](error_code) { ++invoked; });
+      ++expected_destroyed;
+    }
+    // ... some bound to a strand (completion through dispatch, with tracked work); only
+    // the handlers hold the strand (a strand must not outlive its context)
+    for (int i = 0; i < 3; ++i) {
+      auto strand = asio::make_strand(*ctx);
+      auto t = std::make_shared<twheel::steady_timer>(*ctx, 1h);
+      handler_owned.push_back(t);
+      t->async_wait(asio::bind_executor(
+          strand, [t, h = count_destroy(), &invoked](error_code) { ++invoked; }));
+      ++expected_destroyed;
+    }
+    // ... some already cancelled: completion queued, never run
+    for (int i = 0; i < 3; ++i) {
+      auto t = std::make_shared<twheel::steady_timer>(*ctx, 1h);
+      handler_owned.push_back(t);
+      t->async_wait([t, h = count_destroy(), &invoked](error_code) { ++invoked; });
+      BOOST_TEST(t->cancel() == 1u);
+      ++expected_destroyed;
+    }
+    // ... one bound to a second context: its tracked work there must be released
+    {
+      auto t = std::make_shared<twheel::steady_timer>(*ctx, 1h);
+      handler_owned.push_back(t);
+      t->async_wait(asio::bind_executor(
+          ctx2, [t, h = count_destroy(), &invoked](error_code) { ++invoked; }));
+      ++expected_destroyed;
+      ctx2_runner = std::thread([&] {
+        ctx2.run();
+        ctx2_returned = true;
+      });
+    }
+
+    // (b) timers owned outside, destroyed before the context: their waits are aborted
+    // but the context never runs again, so the completions are destroyed at shutdown.
+    {
+      std::vector<std::unique_ptr<twheel::steady_timer>> outside;
+      for (int i = 0; i < 5; ++i) {
+        outside.push_back(std::make_unique<twheel::steady_timer>(*ctx, 1h));
+        outside.back()->async_wait([h = count_destroy(), &invoked](error_code) { ++invoked; });
+        ++expected_destroyed;
+      }
+    }
+
+    // (c) a handler whose destructor destroys an outside-owned timer with a pending wait
+    victim = std::make_unique<twheel::steady_timer>(*ctx, 1h);
+    victim->async_wait([h = count_destroy(), &invoked](error_code) { ++invoked; });
+    ++expected_destroyed;
+    {
+      auto killer = std::make_shared<twheel::steady_timer>(*ctx, 1h);
+      killer->async_wait([killer, &invoked, h = hook([&] {
+                            ++destroyed;
+                            victim.reset();
+                          })](error_code) { ++invoked; });
+      ++expected_destroyed;
+    }
+
+    // (d) a handler whose destructor starts a new wait on another (live) timer: the new
+    // wait's handler must be destroyed, never invoked.
+    {
+      auto other = std::make_shared<twheel::steady_timer>(*ctx, 1ms);
+      handler_owned.push_back(other);
+      auto starter = std::make_shared<twheel::steady_timer>(*ctx, 1h);
+      handler_owned.push_back(starter);
+      starter->async_wait([starter, &invoked, h = hook([&, other] {
+                             ++destroyed;
+                             other->async_wait([&, h2 = hook([&] { ++late_destroyed; })](
+                                                   error_code) { ++late_invoked; });
+                           })](error_code) { ++invoked; });
+      ++expected_destroyed;
+    }
+
+    // (e) a handler whose destructor destroys a timer still waiting (owned by the handler
+    // of another wait on the same context), and then constructs and arms a new timer.
+    {
+      auto held = std::make_shared<twheel::steady_timer>(*ctx, 1h);  // owned by the hook only
+      handler_owned.push_back(held);
+      held->async_wait([h = count_destroy(), &invoked](error_code) { ++invoked; });
+      ++expected_destroyed;
+      auto t = std::make_shared<twheel::steady_timer>(*ctx, 1h);
+      handler_owned.push_back(t);
+      asio::io_context* raw_ctx = &*ctx;
+      t->async_wait([t, &invoked, h = hook([&, held = std::move(held), raw_ctx]() mutable {
+                       ++destroyed;
+                       held.reset();
+                       twheel::steady_timer fresh(*raw_ctx, 1ms);
+                       fresh.async_wait([&, h3 = hook([&] { ++late_destroyed; })](
+                                            error_code) { ++late_invoked; });
+                     })](error_code) { ++invoked; });
+      ++expected_destroyed;
+    }
+
+    BOOST_TEST(wstats(*ctx).pending > 0u);
+    within(10s, "io_context destruction", [&] { ctx.reset(); });
+  }
+
+  BOOST_TEST(invoked == 0);
+  BOOST_TEST(late_invoked == 0);
+  BOOST_TEST(destroyed == expected_destroyed);
+  BOOST_TEST(late_destroyed == 2);
+  BOOST_TEST(!victim);
+  for (std::size_t i = 0; i < handler_owned.size(); ++i) {
+    BOOST_TEST(handler_owned[i].expired(), "timer " << i << " leaked");
+  }
+  // The second context's work was released with the destroyed handler.
+  const auto t0 = clock_type::now();
+  while (!ctx2_returned && clock_type::now() - t0 < 2s) std::this_thread::sleep_for(1ms);
+  BOOST_TEST(ctx2_returned.load(), "ctx2.run() still held work of a destroyed handler");
+  if (!ctx2_returned) ctx2.stop();
+  ctx2_runner.join();
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. Exceptions from handlers
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(handler_exception_propagates_and_batch_survives) {
+  asio::io_context ctx;
+  constexpr int n = 5;
+  const auto due = clock_type::now() + 10ms;  // one tick for the whole batch
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  std::vector<int> calls(n, 0);
+  std::vector<error_code> codes(n, never);
+  for (int i = 0; i < n; ++i) {
+    timers.push_back(std::make_unique<twheel::steady_timer>(ctx, due));
+    timers.back()->async_wait([&, i](error_code ec) {
+      ++calls[static_cast<std::size_t>(i)];
+      codes[static_cast<std::size_t>(i)] = ec;
+      if (i == 1) throw std::runtime_error("boom");
+    });
+  }
+  twheel::steady_timer later(ctx, due + 40ms);
+  error_code later_ec = never;
+  later.async_wait([&](error_code ec) { later_ec = ec; });
+
+  std::string caught;
+  try {
+    run_ctx(ctx);
+  } catch (const std::runtime_error& e) {
+    caught = e.what();
+  }
+  BOOST_TEST(caught == "boom");
+  BOOST_TEST(calls[0] == 1);
+  BOOST_TEST(calls[1] == 1);
+  BOOST_TEST(calls[2] + calls[3] + calls[4] == 0);  // the batch stopped at the throw
+  BOOST_TEST(later_ec == never);
+
+  auto r = run_ctx(ctx);  // restart() + run()
+  BOOST_TEST(!r.timed_out);
+  for (int i = 0; i < n; ++i) {
+    BOOST_TEST(calls[static_cast<std::size_t>(i)] == 1, "handler " << i);
+    BOOST_TEST(codes[static_cast<std::size_t>(i)] == success, "handler " << i);
+  }
+  BOOST_TEST(later_ec == success);
+
+  // Timers keep firing afterwards.
+  error_code again = never;
+  timers[0]->expires_after(5ms);
+  timers[0]->async_wait([&](error_code ec) { again = ec; });
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(again == success);
+  auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.fired == static_cast<std::uint64_t>(n + 2));
+
+  // The same for a batch of aborted waits (completed by the service's drain).
+  std::vector<int> aborted_calls(3, 0);
+  twheel::steady_timer multi(ctx, 1h);
+  for (int i = 0; i < 3; ++i) {
+    multi.async_wait([&, i](error_code ec) {
+      ++aborted_calls[static_cast<std::size_t>(i)];
+      BOOST_TEST(ec == aborted);
+      if (i == 0) throw std::runtime_error("boom aborted");
+    });
+  }
+  BOOST_TEST(multi.cancel() == 3u);
+  caught.clear();
+  try {
+    run_ctx(ctx);
+  } catch (const std::runtime_error& e) {
+    caught = e.what();
+  }
+  BOOST_TEST(caught == "boom aborted");
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 500);
+  BOOST_TEST(aborted_calls == (std::vector<int>{1, 1, 1}), boost::test_tools::per_element());
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.cancelled == 3u);
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. A timer destroyed by another timer's handler in the same batch
+// ---------------------------------------------------------------------------------------
+
+// Observed (and asserted): the destroyed timer's waits had already fired when the batch
+// was taken from the wheel, so they complete exactly once, with success (as with Asio's
+// own steady_timer, where cancel() returns 0 for a wait that already expired).
+BOOST_AUTO_TEST_CASE(timer_destroyed_by_handler_in_same_batch) {
+  asio::io_context ctx;
+  const auto due = clock_type::now() + 10ms;  // both in the same tick
+  twheel::steady_timer killer(ctx, due);
+  auto victim = std::make_unique<twheel::steady_timer>(ctx, due);
+  wait_log log;
+  std::size_t cancelled_by_destruction = 99;
+  killer.async_wait([&](error_code ec) {
+    log.handler(1)(ec);
+    cancelled_by_destruction = wstats(ctx).cancelled;
+    victim.reset();  // its waits are in this very batch
+    cancelled_by_destruction = wstats(ctx).cancelled - cancelled_by_destruction;
+  });
+  victim->async_wait(log.handler(2));
+  victim->async_wait(log.handler(3));
+
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(!victim);
+  BOOST_TEST(log.order == (std::vector<int>{1, 2, 3}), boost::test_tools::per_element());
+  BOOST_TEST(log.count(2) == 1u);
+  BOOST_TEST(log.count(3) == 1u);
+  BOOST_TEST_MESSAGE("destroyed timer's waits completed with: " << log.ec(2).message()
+                                                                << ", " << log.ec(3).message());
+  BOOST_TEST((log.ec(2) == success || log.ec(2) == aborted));
+  BOOST_TEST(log.ec(2) == success);  // what twheel does: they had fired
+  BOOST_TEST(log.ec(3) == success);
+  BOOST_TEST(cancelled_by_destruction == 0u);
+  const auto s = wstats(ctx);
+  BOOST_TEST(s.fired == 3u);
+  BOOST_TEST(s.cancelled == 0u);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.timers == 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// 10. Handlers run on their associated executor
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(handlers_run_on_associated_executor) {
+  {  // a wait bound to a strand; two threads run the context
+    asio::io_context ctx;
+    auto strand = asio::make_strand(ctx);
+    std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+    std::atomic<int> in_strand{0}, not_in_strand{0}, concurrent{0};
+    std::atomic<int> inside{0}, failed{0};
+    const auto due = clock_type::now() + 5ms;
+    for (int i = 0; i < 50; ++i) {
+      timers.push_back(std::make_unique<twheel::steady_timer>(ctx, due));
+      timers.back()->async_wait(asio::bind_executor(strand, [&](error_code ec) {
+        if (inside.fetch_add(1) != 0) ++concurrent;
+        (strand.running_in_this_thread() ? in_strand : not_in_strand)++;
+        if (ec) ++failed;
+        std::this_thread::sleep_for(50us);
+        inside.fetch_sub(1);
+      }));
+    }
+    auto r = run_ctx(ctx, 10s, 2);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(in_strand.load() == 50);
+    BOOST_TEST(not_in_strand.load() == 0);
+    BOOST_TEST(concurrent.load() == 0);
+    BOOST_TEST(failed.load() == 0);
+  }
+  {  // a timer whose executor is a strand (type-erased and typed)
+    asio::io_context ctx;
+    auto strand = asio::make_strand(ctx);
+    twheel::steady_timer erased(strand, 3ms);
+    twheel::basic_waitable_timer<clock_type, asio::wait_traits<clock_type>, strand_type> typed(
+        strand, 3ms);
+    bool erased_in = false, typed_in = false;
+    error_code e1 = never, e2 = never;
+    erased.async_wait([&](error_code ec) {
+      e1 = ec;
+      erased_in = strand.running_in_this_thread();
+    });
+    typed.async_wait([&](error_code ec) {
+      e2 = ec;
+      typed_in = strand.running_in_this_thread();
+    });
+    // An aborted wait too (completed by the drain, not the driver).
+    twheel::steady_timer erased2(strand, 1h);
+    bool aborted_in = false;
+    erased2.async_wait([&](error_code ec) {
+      BOOST_TEST(ec == aborted);
+      aborted_in = strand.running_in_this_thread();
+    });
+    erased2.cancel();
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(e1 == success);
+    BOOST_TEST(e2 == success);
+    BOOST_TEST(erased_in);
+    BOOST_TEST(typed_in);
+    BOOST_TEST(aborted_in);
+  }
+  {  // a handler bound to the executor of a second io_context
+    asio::io_context ctx1, ctx2;
+    const auto t0 = clock_type::now();
+    twheel::steady_timer t(ctx1, 50ms);
+    std::atomic<bool> ran{false};
+    std::atomic<bool> ran_in_ctx2{false};
+    std::thread::id ran_on;
+    error_code got = never;
+    t.async_wait(asio::bind_executor(ctx2, [&](error_code ec) {
+      got = ec;
+      ran_on = std::this_thread::get_id();
+      ran_in_ctx2 = ctx2.get_executor().running_in_this_thread();
+      ran = true;
+    }));
+    // ctx2.run() starts before the timer fires; its only work is that wait.
+    std::atomic<bool> ran_when_ctx2_returned{false};
+    std::atomic<bool> ctx2_returned{false};
+    std::chrono::nanoseconds ctx2_elapsed{};
+    std::thread::id runner2_id;
+    std::thread runner2([&] {
+      ctx2.run();
+      ctx2_elapsed = clock_type::now() - t0;
+      ran_when_ctx2_returned = ran.load();
+      ctx2_returned = true;
+    });
+    runner2_id = runner2.get_id();
+    auto r = run_ctx(ctx1);
+    BOOST_TEST(!r.timed_out);
+    const auto w0 = clock_type::now();
+    while (!ctx2_returned && clock_type::now() - w0 < 5s) std::this_thread::sleep_for(1ms);
+    if (!ctx2_returned) ctx2.stop();
+    runner2.join();
+    BOOST_TEST(ran.load());
+    BOOST_TEST(ran_in_ctx2.load());
+    BOOST_TEST((ran_on == runner2_id));
+    BOOST_TEST(ran_when_ctx2_returned.load(), "ctx2.run() returned before the handler ran");
+    BOOST_TEST(ms(ctx2_elapsed) >= 50);
+    BOOST_TEST(got == success);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 11. Moving a timer with a pending wait, then per-operation cancellation
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(move_then_per_operation_cancellation) {
+  asio::io_context ctx;
+  wait_log log;
+
+  {  // move construction, then emit
+    twheel::steady_timer t1(ctx, 1h);
+    asio::cancellation_signal sig;
+    t1.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
+    twheel::steady_timer t2(std::move(t1));
+    BOOST_TEST(wstats(ctx).pending == 1u);
+    BOOST_TEST(wstats(ctx).timers == 1u);
+    sig.emit(asio::cancellation_type::terminal);
+    BOOST_TEST(wstats(ctx).pending == 0u);
+    BOOST_TEST(wstats(ctx).cancelled == 1u);
+    BOOST_TEST(wstats(ctx).timers == 0u);
+    sig.emit(asio::cancellation_type::terminal);  // again, before completion
+    BOOST_TEST(wstats(ctx).cancelled == 1u);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 500);
+    BOOST_TEST(log.count(1) == 1u);
+    BOOST_TEST(log.ec(1) == aborted);
+    sig.emit(asio::cancellation_type::total);  // after completion
+    r = run_ctx(ctx);
+    BOOST_TEST(log.count(1) == 1u);
+    BOOST_TEST(t2.cancel() == 0u);
+    BOOST_TEST(t1.cancel() == 0u);
+    // The moved-from timer is usable.
+    t1.expires_after(2ms);
+    t1.async_wait(log.handler(2));
+    r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.ec(2) == success);
+  }
+  {  // move assignment (aborting the target's own wait), twice, then a partial emit
+    twheel::steady_timer a(ctx, 1h), b(ctx, 1h), c(ctx, 1h);
+    asio::cancellation_signal sig;
+    a.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(3)));
+    b.async_wait(log.handler(4));
+    b = std::move(a);  // 4 aborted; 3 now on b
+    c = std::move(b);  // 3 now on c
+    const auto before = wstats(ctx).cancelled;
+    sig.emit(asio::cancellation_type::partial);
+    BOOST_TEST(wstats(ctx).cancelled - before == 1u);
+    BOOST_TEST(wstats(ctx).pending == 0u);
+    BOOST_TEST(c.cancel() == 0u);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.count(3) == 1u);
+    BOOST_TEST(log.ec(3) == aborted);
+    BOOST_TEST(log.count(4) == 1u);
+    BOOST_TEST(log.ec(4) == aborted);
+  }
+  {  // emit after the (moved-to) timer was destroyed
+    auto t1 = std::make_unique<twheel::steady_timer>(ctx, 1h);
+    asio::cancellation_signal sig;
+    t1->async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(5)));
+    auto t2 = std::make_unique<twheel::steady_timer>(std::move(*t1));
+    t1.reset();  // the moved-from shell: nothing to abort
+    BOOST_TEST(wstats(ctx).pending == 1u);
+    t2.reset();  // aborts wait 5
+    BOOST_TEST(wstats(ctx).pending == 0u);
+    const auto before = wstats(ctx).cancelled;
+    sig.emit(asio::cancellation_type::terminal);  // completion queued, timer gone
+    BOOST_TEST(wstats(ctx).cancelled == before);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.count(5) == 1u);
+    BOOST_TEST(log.ec(5) == aborted);
+    sig.emit(asio::cancellation_type::terminal);  // after completion
+    r = run_ctx(ctx);
+    BOOST_TEST(log.count(5) == 1u);
+  }
+  {  // emit after the wait completed (moved while pending, then fired)
+    twheel::steady_timer t1(ctx, 3ms);
+    asio::cancellation_signal sig;
+    t1.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(6)));
+    twheel::steady_timer t2(std::move(t1));
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.ec(6) == success);
+    // A new, unrelated wait on the moved-to timer must not be hit by the old signal.
+    t2.expires_after(1h);
+    t2.async_wait(log.handler(7));
+    twheel::steady_timer t3(std::move(t2));
+    const auto before = wstats(ctx).cancelled;
+    sig.emit(asio::cancellation_type::terminal);
+    BOOST_TEST(wstats(ctx).cancelled == before);
+    BOOST_TEST(wstats(ctx).pending == 1u);
+    BOOST_TEST(log.count(6) == 1u);
+    BOOST_TEST(t3.cancel() == 1u);
+    r = run_ctx(ctx);
+    BOOST_TEST(log.ec(7) == aborted);
+    BOOST_TEST(log.count(6) == 1u);
+    BOOST_TEST(log.count(7) == 1u);
+  }
+  const auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  for (const auto& [id, v] : log.results) BOOST_TEST(v.size() == 1u, "wait " << id);
+}
+
+// The service keeps a pointer from each wait to the wait_canceller it emplaced in the
+// handler's cancellation slot, and writes through it when the wait completes. The slot's
+// memory belongs to the cancellation_signal, which Asio lets the user destroy, or reuse
+// for a new operation (emplace destroys the old handler and reuses its memory), while the
+// first operation is still pending; Asio's own timer only compares that address.
+
+// A signal destroyed while its wait is pending: the wait must complete normally, and the
+// service must not touch the signal's freed memory (checked by the ASan build) on any of
+// the ways a wait can end: fired, cancel(), per-timer destruction, or after a move.
+BOOST_AUTO_TEST_CASE(cancellation_signal_destroyed_while_wait_pending) {
+  asio::io_context ctx;
+  wait_log log;
+  twheel::steady_timer fires(ctx, 3ms), cancelled(ctx, 1h), moved_from(ctx, 3ms);
+  auto destroyed = std::make_unique<twheel::steady_timer>(ctx, 1h);
+  {
+    asio::cancellation_signal s1, s2, s3, s4;
+    fires.async_wait(asio::bind_cancellation_slot(s1.slot(), log.handler(1)));
+    cancelled.async_wait(asio::bind_cancellation_slot(s2.slot(), log.handler(2)));
+    destroyed->async_wait(asio::bind_cancellation_slot(s3.slot(), log.handler(3)));
+    moved_from.async_wait(asio::bind_cancellation_slot(s4.slot(), log.handler(4)));
+  }  // the signals (and the slot handlers in them) are gone; the waits are pending
+  // Let other allocations reuse the freed slot memory, as a real program would.
+  constexpr std::uintptr_t pattern = 0x5a5a5a5a;
+  std::vector<std::vector<std::uintptr_t>> filler;
+  for (int i = 0; i < 16; ++i) {
+    for (std::size_t words = 4; words <= 8; ++words) filler.emplace_back(words, pattern);
+  }
+  twheel::steady_timer moved_to(std::move(moved_from));
+  BOOST_TEST(cancelled.cancel() == 1u);
+  destroyed.reset();
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(1) == success);
+  BOOST_TEST(log.ec(2) == aborted);
+  BOOST_TEST(log.ec(3) == aborted);
+  BOOST_TEST(log.ec(4) == success);
+  BOOST_TEST(log.total() == 4u);
+  std::size_t intact = 0;
+  for (const auto& f : filler) {
+    intact += std::all_of(f.begin(), f.end(), [](std::uintptr_t v) { return v == pattern; });
+  }
+  BOOST_TEST(intact == filler.size(), "the service wrote into memory it does not own");
+  BOOST_TEST(wstats(ctx).pending == 0u);
+}
+
+// A signal reused for a second wait while the first one (on another timer) is pending:
+// the slot now holds the second wait's handler, so emit() must cancel the second wait,
+// also after the first one completed (Asio's steady_timer does exactly that).
+BOOST_AUTO_TEST_CASE(cancellation_signal_reused_while_previous_wait_pending) {
+  {  // the first wait fires before the emit
+    asio::io_context ctx;
+    wait_log log;
+    asio::cancellation_signal sig;
+    twheel::steady_timer first(ctx, 3ms), second(ctx, 1h);
+    first.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
+    second.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(2)));
+    BOOST_TEST(run_until(ctx, [&] { return log.count(1) == 1; }));
+    BOOST_TEST(log.ec(1) == success);
+    sig.emit(asio::cancellation_type::terminal);
+    BOOST_TEST(wstats(ctx).pending == 0u, "emit() did not cancel the slot's current wait");
+    BOOST_TEST(run_until(ctx, [&] { return log.count(2) == 1; }, 500ms));
+    BOOST_TEST(log.ec(2) == aborted);
+    second.cancel();  // clean up if emit() failed
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.count(2) == 1u);
+  }
+  {  // the first wait is cancelled through its timer before the emit
+    asio::io_context ctx;
+    wait_log log;
+    asio::cancellation_signal sig;
+    twheel::steady_timer first(ctx, 1h), second(ctx, 1h);
+    first.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
+    second.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(2)));
+    BOOST_TEST(first.cancel() == 1u);
+    sig.emit(asio::cancellation_type::terminal);
+    BOOST_TEST(wstats(ctx).pending == 0u, "emit() did not cancel the slot's current wait");
+    second.cancel();
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(log.ec(1) == aborted);
+    BOOST_TEST(log.ec(2) == aborted);
+    BOOST_TEST(log.total() == 2u);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 12. Two-thread stress on strands
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(stress_two_threads_strands) {
+  constexpr std::size_t units_n = 20000;
+  constexpr int waits_per_unit = 4;  // the first wait and three re-arms from the handler
+  asio::io_context ctx;
+
+  struct unit {
+    explicit unit(asio::io_context& ctx, unsigned seed)
+        : strand(asio::make_strand(ctx)), timer(strand), rng(seed) {}
+    strand_type strand;
+    twheel::steady_timer timer;
+    asio::cancellation_signal sig;
+    std::minstd_rand rng;
+  };
+  std::vector<std::unique_ptr<unit>> units;
+  units.reserve(units_n);
+  for (std::size_t i = 0; i < units_n; ++i) {
+    units.push_back(std::make_unique<unit>(ctx, static_cast<unsigned>(i + 1)));
+  }
+  std::vector<std::atomic<int>> calls(units_n * waits_per_unit);
+  std::atomic<std::uint64_t> started{0}, succeeded{0}, aborted_n{0}, other{0};
+  std::atomic<std::uint64_t> off_strand{0};
+
+  // Runs in u's strand.
+  std::function<void(unit&, std::size_t, int)> arm = [&](unit& u, std::size_t index,
+                                                         int round) {
+    u.timer.expires_after(std::chrono::microseconds(u.rng() % 5001));
+    const std::size_t id = index * waits_per_unit + static_cast<std::size_t>(round);
+    started.fetch_add(1, std::memory_order_relaxed);
+    u.timer.async_wait(asio::bind_cancellation_slot(
+        u.sig.slot(), [&, up = &u, index, round, id](error_code ec) {
+          calls[id].fetch_add(1, std::memory_order_relaxed);
+          if (!up->strand.running_in_this_thread()) off_strand.fetch_add(1);
+          if (ec == success) {
+            succeeded.fetch_add(1, std::memory_order_relaxed);
+          } else if (ec == aborted) {
+            aborted_n.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            other.fetch_add(1, std::memory_order_relaxed);
+          }
+          if (round + 1 < waits_per_unit) arm(*up, index, round + 1);
+        }));
+    switch (u.rng() % 8) {
+      case 0:  // per-operation cancellation, racing the expiry
+        asio::post(u.strand, [&u] { u.sig.emit(asio::cancellation_type::terminal); });
+        break;
+      case 1:
+        asio::post(u.strand, [&u] { u.timer.cancel(); });
+        break;
+      default:
+        break;
+    }
+  };
+  for (std::size_t i = 0; i < units_n; ++i) {
+    unit& u = *units[i];
+    asio::post(u.strand, [&arm, &u, i] { arm(u, i, 0); });
+  }
+
+  auto r = run_ctx(ctx, 15s, 2);
+  BOOST_TEST(!r.timed_out);
+
+  const std::uint64_t total = units_n * waits_per_unit;
+  BOOST_TEST(started.load() == total);
+  std::size_t not_once = 0;
+  for (auto& c : calls) not_once += c.load() != 1;
+  BOOST_TEST(not_once == 0u);
+  BOOST_TEST(other.load() == 0u);
+  BOOST_TEST(off_strand.load() == 0u);
+  const auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.fired + s.cancelled == total);
+  BOOST_TEST(s.fired == succeeded.load());
+  BOOST_TEST(s.cancelled == aborted_n.load());
+  BOOST_TEST(s.rejected == 0u);
+  BOOST_TEST(s.cancelled > 0u);
+  BOOST_TEST(s.fired > 0u);
+  BOOST_TEST_MESSAGE("stress: fired " << s.fired << ", cancelled " << s.cancelled
+                                      << ", wakeups " << s.wakeups << ", cascaded "
+                                      << s.cascaded << ", " << ms(r.elapsed) << " ms");
+}
