@@ -94,6 +94,7 @@ class basic_waitable_timer {
   basic_waitable_timer(basic_waitable_timer&& other)
       : service_(other.service_), expiry_(other.expiry_), executor_(other.executor_) {
     service_->move(state_, other.state_);
+    state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
     other.expiry_ = time_point();
   }
 
@@ -102,6 +103,7 @@ class basic_waitable_timer {
     if (this != &other) {
       service_->destroy(state_);
       other.service_->move(state_, other.state_);
+      state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
       service_ = other.service_;
       executor_ = other.executor_;
       expiry_ = other.expiry_;
@@ -119,6 +121,7 @@ class basic_waitable_timer {
   basic_waitable_timer(basic_waitable_timer<Clock, WaitTraits, Executor1>&& other)
       : service_(other.service_), expiry_(other.expiry_), executor_(other.executor_) {
     service_->move(state_, other.state_);
+    state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
     other.expiry_ = time_point();
   }
 
@@ -138,10 +141,16 @@ class basic_waitable_timer {
   const executor_type& get_executor() noexcept { return executor_; }
 
   /// Cancels all waits; returns how many. They complete with operation_aborted.
-  std::size_t cancel() { return service_->cancel(state_); }
+  std::size_t cancel() {
+    if (!state_.might_have_waits) return 0;
+    state_.might_have_waits = false;
+    return service_->cancel(state_);
+  }
 
   /// Cancels the oldest wait; returns 0 or 1.
-  std::size_t cancel_one() { return service_->cancel_one(state_); }
+  std::size_t cancel_one() {
+    return state_.might_have_waits ? service_->cancel_one(state_) : 0;
+  }
 
   /// The expiry time, as set (not rounded to the tick).
   time_point expiry() const { return expiry_; }
@@ -149,6 +158,8 @@ class basic_waitable_timer {
   /// Sets the expiry time; cancels pending waits and returns how many.
   std::size_t expires_at(const time_point& expiry_time) {
     expiry_ = expiry_time;
+    if (!state_.might_have_waits) return 0;  // the next async_wait files the new expiry
+    state_.might_have_waits = false;
     return service_->expires_at(state_, expiry_time);
   }
 
@@ -196,6 +207,7 @@ class basic_waitable_timer {
     template <class WaitHandler>
     void operator()(WaitHandler&& handler) const {
       std::decay_t<WaitHandler> h(std::forward<WaitHandler>(handler));
+      self_->state_.might_have_waits = true;
       self_->service_->async_wait(self_->state_, self_->expiry_, h, self_->executor_);
     }
 

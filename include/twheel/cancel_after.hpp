@@ -17,6 +17,8 @@
 #include <boost/asio/system_executor.hpp>
 
 #include <chrono>
+#include <optional>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 
@@ -30,13 +32,21 @@ class cancel_after_t {
  public:
   using clock_type = std::chrono::steady_clock;
 
+  /// Times out `timeout` after the operation is started (with deferred, when launched).
+  template <class T>
+  cancel_after_t(T&& token, clock_type::duration timeout, boost::asio::cancellation_type_t type,
+                 wheel_service* service = nullptr)
+      : token_(std::forward<T>(token)), timeout_(timeout), type_(type), service_(service) {}
+
+  /// Times out at `deadline`.
   template <class T>
   cancel_after_t(T&& token, clock_type::time_point deadline,
                  boost::asio::cancellation_type_t type, wheel_service* service = nullptr)
       : token_(std::forward<T>(token)), deadline_(deadline), type_(type), service_(service) {}
 
   CompletionToken token_;
-  clock_type::time_point deadline_;
+  std::optional<clock_type::duration> timeout_;  // relative: counted from the start
+  clock_type::time_point deadline_{};             // absolute, when timeout_ is empty
   boost::asio::cancellation_type_t type_;
   wheel_service* service_;  // null: found through the operation's I/O executor
 };
@@ -48,6 +58,34 @@ struct has_get_executor : std::false_type {};
 template <class T>
 struct has_get_executor<T, std::void_t<decltype(std::declval<const T&>().get_executor())>>
     : std::true_type {};
+
+template <class T, class = void>
+struct has_inner_initiation : std::false_type {};
+template <class T>
+struct has_inner_initiation<T, std::void_t<decltype(std::declval<const T&>().initiation_)>>
+    : std::true_type {};
+
+template <class T, class = void>
+struct binds_cancellation_slot : std::false_type {};
+template <class T>
+struct binds_cancellation_slot<
+    T, std::enable_if_t<std::is_same_v<decltype(std::declval<T&>().slot_),
+                                       boost::asio::cancellation_slot>>> : std::true_type {};
+
+// The I/O executor of an operation: its initiation's executor, looking through the
+// wrappers of adapters applied around cancel_after (Asio 1.81's as_tuple, redirect_error,
+// bind_executor, ... keep the wrapped initiation in a member `initiation_` and do not
+// forward get_executor()). system_executor when there is none.
+template <class Initiation>
+auto io_executor_of(const Initiation& init) {
+  if constexpr (has_get_executor<Initiation>::value) {
+    return init.get_executor();
+  } else if constexpr (has_inner_initiation<Initiation>::value) {
+    return io_executor_of(init.initiation_);
+  } else {
+    return boost::asio::system_executor();
+  }
+}
 
 template <class T>
 inline constexpr bool is_any_executor_v =
@@ -77,42 +115,67 @@ template <class Initiation>
 class cancel_after_initiation {
  public:
   template <class I>
-  cancel_after_initiation(I&& init, std::chrono::steady_clock::time_point deadline,
+  cancel_after_initiation(I&& init, std::optional<std::chrono::steady_clock::duration> timeout,
+                          std::chrono::steady_clock::time_point deadline,
                           boost::asio::cancellation_type_t type, wheel_service* service)
-      : init_(std::forward<I>(init)), deadline_(deadline), type_(type), service_(service) {}
+      : init_(std::forward<I>(init)),
+        timeout_(timeout),
+        deadline_(deadline),
+        type_(type),
+        service_(service) {}
+
+  // Lets adapters around this one (another cancel_after, say) see the I/O executor.
+  template <class I = Initiation, std::enable_if_t<has_get_executor<I>::value, int> = 0>
+  auto get_executor() const {
+    return init_.get_executor();
+  }
 
   template <class Handler, class... Args>
   void operator()(Handler&& handler, Args&&... args) {
     using handler_type = std::decay_t<Handler>;
     handler_type h(std::forward<Handler>(handler));
-    const auto io_ex = io_executor();
+    const auto io_ex = io_executor_of(init_);
     const auto ex = boost::asio::get_associated_executor(h, io_ex);
     using state_type = cancel_after_state<std::decay_t<decltype(ex)>,
                                           decltype(op_allocator(std::declval<handler_type&>()))>;
-    wheel_service& svc = service_ ? *service_ : service_of(io_ex);
+    wheel_service& svc = service_ ? *service_ : find_service(io_ex, ex);
+    // A relative timeout counts from now: with deferred, from the launch.
+    const auto deadline = timeout_ ? deadline_after(*timeout_) : deadline_;
     state_type* state = state_type::create(svc, h, ex, type_);
+    // bind_cancellation_slot(slot, cancel_after(...)) wraps this initiation in one that
+    // binds `slot` to the operation, which would hide ours: bind ours and forward theirs.
+    boost::asio::cancellation_slot bound;
+    if constexpr (binds_cancellation_slot<Initiation>::value) {
+      bound = std::exchange(init_.slot_, state->slot());
+    }
     try {
-      std::move(init_)(cancel_after_handler<handler_type, state_type>(std::move(h), state),
-                       std::forward<Args>(args)...);
+      std::move(init_)(
+          cancel_after_handler<handler_type, state_type>(std::move(h), state, bound),
+          std::forward<Args>(args)...);
     } catch (...) {
       state->abandon();
       throw;
     }
-    state->start(svc.wheel_time(deadline_));
+    state->start(svc.wheel_time(deadline));
   }
 
  private:
-  auto io_executor() const {
-    if constexpr (has_get_executor<Initiation>::value) {
-      return init_.get_executor();
+  template <class IoExecutor, class HandlerExecutor>
+  static wheel_service& find_service(const IoExecutor& io_ex, const HandlerExecutor& ex) {
+    using boost::asio::system_executor;
+    if constexpr (!std::is_same_v<IoExecutor, system_executor>) {
+      return service_of(io_ex);
+    } else if constexpr (!std::is_same_v<HandlerExecutor, system_executor>) {
+      return service_of(ex);
     } else {
-      // Only the completion_token_for archetype has no executor; the real operations of
-      // Asio all do. Use an explicit executor or context overload for others.
-      return boost::asio::system_executor();
+      throw std::invalid_argument(
+          "twheel::cancel_after: the operation's I/O executor cannot be seen through the "
+          "adapters around it; name the wheel with cancel_after(executor_or_context, ...)");
     }
   }
 
   Initiation init_;
+  std::optional<std::chrono::steady_clock::duration> timeout_;
   std::chrono::steady_clock::time_point deadline_;
   boost::asio::cancellation_type_t type_;
   wheel_service* service_;
@@ -130,7 +193,7 @@ class cancel_after_initiation {
 template <class CompletionToken>
 auto cancel_after(std::chrono::steady_clock::duration timeout, CompletionToken&& token) {
   return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
-                                                       detail::deadline_after(timeout),
+                                                       timeout,
                                                        boost::asio::cancellation_type::terminal);
 }
 
@@ -138,7 +201,7 @@ template <class CompletionToken>
 auto cancel_after(std::chrono::steady_clock::duration timeout,
                   boost::asio::cancellation_type_t type, CompletionToken&& token) {
   return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
-                                                       detail::deadline_after(timeout), type);
+                                                       timeout, type);
 }
 
 /// As cancel_after(), with an absolute deadline.
@@ -163,7 +226,7 @@ auto cancel_after(const Executor& ex, std::chrono::steady_clock::duration timeou
                   CompletionToken&& token,
                   boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
   return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
-                                                       detail::deadline_after(timeout), type,
+                                                       timeout, type,
                                                        &detail::service_of(ex));
 }
 
@@ -187,10 +250,14 @@ struct async_result<twheel::cancel_after_t<CompletionToken>, Signatures...>
     : async_result<CompletionToken, Signatures...> {
   template <class Initiation, class RawToken, class... Args>
   static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
-    return async_result<CompletionToken, Signatures...>::initiate(
+    // async_initiate, not async_result<CompletionToken>::initiate: Boost 1.81 still has
+    // tokens (use_future) whose async_result has no initiate().
+    auto& inner = token.token_;
+    return async_initiate<std::remove_reference_t<decltype(inner)>, Signatures...>(
         twheel::detail::cancel_after_initiation<std::decay_t<Initiation>>(
-            std::forward<Initiation>(initiation), token.deadline_, token.type_, token.service_),
-        std::forward<RawToken>(token).token_, std::forward<Args>(args)...);
+            std::forward<Initiation>(initiation), token.timeout_, token.deadline_, token.type_,
+            token.service_),
+        inner, std::forward<Args>(args)...);
   }
 };
 

@@ -7,6 +7,8 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/error.hpp>
 
 #include <atomic>
@@ -34,18 +36,29 @@ struct idle_state {
   std::atomic<bool> closed{false};     // destroyed or moved over
 };
 
-// Waits one period at a time; a period in which touch() was called starts another.
+// Waits one period at a time; a period in which touch() was called starts another. The
+// caller's cancellation slot feeds a cancellation_state, so a cancellation emitted between
+// two periods (when no inner wait is there to receive it) is not lost.
 template <class Handler, class State>
 class idle_wait_op {
  public:
+  using cancellation_slot_type = boost::asio::cancellation_slot;
+
   template <class H>
   idle_wait_op(std::shared_ptr<State> state, H&& handler)
-      : state_(std::move(state)), handler_(std::forward<H>(handler)) {}
+      : state_(std::move(state)),
+        handler_(std::forward<H>(handler)),
+        cancel_state_(boost::asio::get_associated_cancellation_slot(handler_),
+                      boost::asio::enable_total_cancellation()) {}
+
+  cancellation_slot_type get_cancellation_slot() const noexcept { return cancel_state_.slot(); }
 
   void operator()(boost::system::error_code ec) {
-    // A cancel() that came after the period fired but before this ran must still win.
+    // A cancel() or an emit that came after the period fired but before this ran must
+    // still win.
     if (!ec && (state_->closed.load(std::memory_order_acquire) ||
-                state_->cancelled.load(std::memory_order_acquire))) {
+                state_->cancelled.load(std::memory_order_acquire) ||
+                cancel_state_.cancelled() != boost::asio::cancellation_type::none)) {
       ec = boost::asio::error::operation_aborted;
     }
     if (!ec && state_->touched.exchange(false, std::memory_order_acq_rel)) {
@@ -60,6 +73,9 @@ class idle_wait_op {
 
   std::shared_ptr<State> state_;
   Handler handler_;
+
+ private:
+  boost::asio::cancellation_state cancel_state_;
 };
 
 }  // namespace detail

@@ -90,11 +90,28 @@ class cancel_after_state : public wait_op {
       return;
     }
     // Emit on the operation's executor: cancellation slots are not thread-safe.
-    boost::asio::dispatch(self->executor_, [self] {
+    boost::asio::dispatch(self->executor_, emit_timeout{self});
+  }
+
+  // Holds the wheel's share of the state until it has emitted, or until it is destroyed
+  // unrun (its executor's context shut down first).
+  class emit_timeout {
+   public:
+    explicit emit_timeout(cancel_after_state* self) noexcept : self_(self) {}
+    emit_timeout(emit_timeout&& other) noexcept : self_(std::exchange(other.self_, nullptr)) {}
+    emit_timeout& operator=(emit_timeout&&) = delete;
+    ~emit_timeout() {
+      if (self_) self_->release();
+    }
+    void operator()() {
+      cancel_after_state* self = std::exchange(self_, nullptr);
       if (!self->done_.load(std::memory_order_acquire)) self->signal_.emit(self->type_);
       self->release();
-    });
-  }
+    }
+
+   private:
+    cancel_after_state* self_;
+  };
 
   wheel_service& service_;
   timer_state entry_;
@@ -113,16 +130,20 @@ class cancel_after_handler {
  public:
   using cancellation_slot_type = boost::asio::cancellation_slot;
 
-  cancel_after_handler(Handler&& handler, State* state) noexcept
-      : handler_(std::move(handler)), state_(state) {
+  // `bound` is a caller's slot that an adapter outside cancel_after binds to the operation
+  // instead of ours (see cancel_after_initiation); it is forwarded like the handler's own.
+  cancel_after_handler(Handler&& handler, State* state,
+                       boost::asio::cancellation_slot bound = {}) noexcept
+      : handler_(std::move(handler)), state_(state), bound_(bound) {
     auto outer = boost::asio::get_associated_cancellation_slot(handler_);
-    if (outer.is_connected()) {
-      outer.template emplace<forwarder>(state_);
-    }
+    if (outer.is_connected()) outer.template emplace<forwarder>(state_);
+    if (bound_.is_connected()) bound_.template emplace<forwarder>(state_);
   }
 
   cancel_after_handler(cancel_after_handler&& other) noexcept
-      : handler_(std::move(other.handler_)), state_(std::exchange(other.state_, nullptr)) {}
+      : handler_(std::move(other.handler_)),
+        state_(std::exchange(other.state_, nullptr)),
+        bound_(std::exchange(other.bound_, boost::asio::cancellation_slot())) {}
 
   cancel_after_handler(const cancel_after_handler&) = delete;
   cancel_after_handler& operator=(const cancel_after_handler&) = delete;
@@ -151,10 +172,12 @@ class cancel_after_handler {
   void release_state() noexcept {
     auto outer = boost::asio::get_associated_cancellation_slot(handler_);
     if (outer.is_connected()) outer.clear();
+    if (bound_.is_connected()) bound_.clear();
     std::exchange(state_, nullptr)->finish();
   }
 
   State* state_;
+  boost::asio::cancellation_slot bound_;
 };
 
 }  // namespace twheel::detail

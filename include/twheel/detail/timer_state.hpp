@@ -22,6 +22,10 @@ struct timer_state : wheel_entry {
   timer_state(const timer_state&) = delete;
   timer_state& operator=(const timer_state&) = delete;
 
+  // Owned by the timer object, not the service (Asio's might_have_pending_waits): false
+  // means no wait can be pending, so re-arming or cancelling need not take the lock.
+  // Declared first so it sits in wheel_entry's tail padding.
+  bool might_have_waits = false;
   op_queue waits;
 };
 

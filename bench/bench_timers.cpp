@@ -1,0 +1,758 @@
+// bench_timers: twheel::steady_timer against boost::asio::steady_timer, in the same process
+// and the same run, interleaved (asio, twheel, asio, twheel, ...), medians of repetitions.
+//
+// Every workload is one function template over the timer type, so both libraries run
+// exactly the same code with the same random inputs; each repetition gets a fresh
+// io_context. Workloads, at N pending timers:
+//
+//   arm     N timers constructed (not timed); time expires_after(random 1..60 s) +
+//           async_wait(handler) on each: ns per timer.
+//   churn   N timers armed (not timed); time M = min(N, 200000) re-arms of a random
+//           timer (expires_after(random 1..60 s), which aborts its wait, then async_wait)
+//           plus the ctx.poll() that runs the M aborted handlers: ns per re-arm, aborted
+//           handler included.
+//   cancel  N timers armed (not timed); time cancel() on each plus the ctx.poll() that
+//           runs the N aborted handlers: ns per timer.
+//   burst   N timers armed with one common deadline in the future; ctx.run() until the
+//           last handler. Three views of the same run (handlers per second):
+//             burst      wall time from the deadline (or from entering run(), if later)
+//                        to the last handler: everything the library does after the
+//                        deadline (asio: heap pops; twheel: wheel passes, plus its tick
+//                        rounding of up to 1 ms, which is latency rather than work);
+//             burst-cpu  thread CPU time from entering run() to the last handler (work
+//                        only: no idle wait, no tick rounding);
+//             burst-f2l  wall time from the first handler to the last (excludes work done
+//                        before the first handler, e.g. asio pops all due timers first).
+//   memory  in a separate process per measurement (this program re-executed with
+//           --memory <lib> <n>): N timers each with one pending async_wait, in a
+//           std::vector<std::optional<Timer>> allocated before the baseline. Reported:
+//           heap bytes in use (mallinfo2 uordblks + hblkhd) per timer + sizeof(Timer).
+//
+// Handlers: a lambda capturing one pointer (counts calls and errors); the counts are
+// checked after every repetition (every handler called exactly once, with the expected
+// error code), and burst handlers are checked not to run before the deadline. If arming
+// takes over 1 s (a loaded machine), the earliest churn timers expire inside the timed
+// poll(); that is counted and reported as a warning under the churn row.
+//
+// Usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...] [--workloads w1,w2,...]
+//                     [--lib both|asio|twheel] [--clock wall|cpu]
+//                     [--watchdog S (default 300, 0: off)]
+//                     [--expiry-scale F (valgrind only)]
+//        bench_timers --memory asio|twheel N      (internal: one memory measurement)
+
+#include <twheel/steady_timer.hpp>
+#include <twheel/wheel_service.hpp>
+
+#include <boost/asio/error.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <malloc.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using asio_timer = boost::asio::steady_timer;
+using wheel_timer = twheel::steady_timer;
+
+static_assert(std::is_same_v<asio_timer::executor_type, wheel_timer::executor_type>,
+              "both timers should use the same executor type");
+
+// ---- utilities -------------------------------------------------------------------------
+
+double elapsed_ns(clock_type::time_point a, clock_type::time_point b) {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+std::int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The clock of the arm, churn and cancel timings: wall (steady_clock, the default) or,
+// with --clock cpu, this thread's CPU time (ignores time spent preempted on a busy machine).
+bool g_cpu_clock = false;
+
+std::int64_t timestamp_ns() {
+  if (g_cpu_clock) return thread_cpu_ns();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             clock_type::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// Half the range relative to the median, in percent: a rough spread of repetitions.
+double spread_pct(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  const double med = median(v);
+  return med == 0 ? 0 : 50.0 * (*hi - *lo) / med;
+}
+
+int g_failures = 0;
+
+void fail(const std::string& what) {
+  ++g_failures;
+  std::fprintf(stderr, "ERROR: %s\n", what.c_str());
+  std::fflush(stderr);
+}
+
+void expect_eq(const char* lib, const char* workload, std::size_t n, const char* what,
+               std::uint64_t got, std::uint64_t want) {
+  if (got != want) {
+    fail(std::string(lib) + " " + workload + " n=" + std::to_string(n) + ": " + what + " = " +
+         std::to_string(got) + ", expected " + std::to_string(want));
+  }
+}
+
+// A watchdog: a hung workload is reported by name instead of hanging the run.
+char g_phase[160] = "startup";
+unsigned g_watchdog_s = 300;  // --watchdog S; 0: off
+
+extern "C" void on_alarm(int) {
+  const char msg[] = "\nERROR: watchdog: phase took longer than the --watchdog limit: ";
+  ssize_t r = write(2, msg, sizeof msg - 1);
+  r = write(2, g_phase, std::strlen(g_phase));
+  r = write(2, "\n", 1);
+  (void)r;
+  _exit(3);
+}
+
+void enter_phase(const char* lib, const char* workload, std::size_t n, int rep) {
+  std::snprintf(g_phase, sizeof g_phase, "%s %s n=%zu rep=%d", lib, workload, n, rep);
+  alarm(g_watchdog_s);
+}
+
+template <class Timer>
+constexpr const char* lib_name() {
+  return std::is_same_v<Timer, wheel_timer> ? "twheel" : "asio";
+}
+
+// ---- inputs shared by both libraries ---------------------------------------------------
+
+struct inputs {
+  std::vector<std::int64_t> arm_ns;    // per timer: 1..60 s
+  std::vector<std::uint32_t> pick;     // churn: which timer
+  std::vector<std::int64_t> rearm_ns;  // churn: its new expiry, 1..60 s
+};
+
+constexpr std::int64_t min_expiry_ns = 1'000'000'000;
+constexpr std::int64_t max_expiry_ns = 60'000'000'000;
+// --expiry-scale F multiplies the 1..60 s range: only for running under valgrind, which is
+// slow enough for the earliest timers to expire while the others are still being armed.
+std::int64_t g_expiry_scale = 1;
+
+std::size_t churn_ops(std::size_t n) { return std::min<std::size_t>(n, 200'000); }
+
+inputs make_inputs(std::size_t n) {
+  inputs in;
+  std::mt19937_64 rng(0x7768656c + n);
+  std::uniform_int_distribution<std::int64_t> expiry(min_expiry_ns * g_expiry_scale,
+                                                     max_expiry_ns * g_expiry_scale);
+  std::uniform_int_distribution<std::uint32_t> index(0, static_cast<std::uint32_t>(n - 1));
+  in.arm_ns.resize(n);
+  for (auto& v : in.arm_ns) v = expiry(rng);
+  const std::size_t m = churn_ops(n);
+  in.pick.resize(m);
+  in.rearm_ns.resize(m);
+  for (std::size_t j = 0; j < m; ++j) {
+    in.pick[j] = index(rng);
+    in.rearm_ns[j] = expiry(rng);
+  }
+  return in;
+}
+
+// ---- handlers --------------------------------------------------------------------------
+
+struct counters {
+  std::uint64_t calls = 0;
+  std::uint64_t errors = 0;
+};
+
+// The handler of arm, churn, cancel and memory: a lambda capturing one pointer.
+inline auto counting_handler(counters* c) {
+  return [c](const boost::system::error_code& ec) {
+    ++c->calls;
+    if (ec) ++c->errors;
+  };
+}
+
+template <class Timer>
+using timer_vector = std::vector<std::optional<Timer>>;
+
+template <class Timer>
+timer_vector<Timer> make_timers(boost::asio::io_context& ctx, std::size_t n) {
+  timer_vector<Timer> timers(n);
+  for (auto& t : timers) t.emplace(ctx);
+  return timers;
+}
+
+// The timed regions are functions of their own (noinline) so that profilers can single
+// them out; the call costs once per region, not per operation.
+template <class Timer>
+[[gnu::noinline]] void arm_all(timer_vector<Timer>& timers, const inputs& in, counters* c) {
+  const std::size_t n = timers.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    Timer& t = *timers[i];
+    t.expires_after(std::chrono::nanoseconds(in.arm_ns[i]));
+    t.async_wait(counting_handler(c));
+  }
+}
+
+// Cancels everything still pending and runs the aborted handlers (not timed).
+template <class Timer>
+void cancel_all(boost::asio::io_context& ctx, timer_vector<Timer>& timers) {
+  for (auto& t : timers) t->cancel();
+  ctx.restart();  // in case an earlier run()/poll() ran out of work and stopped it
+  ctx.poll();
+}
+
+std::uint64_t g_churn_expired = 0;  // timers that expired inside churn's timed poll()
+
+template <class Timer>
+[[gnu::noinline]] std::size_t churn_loop(boost::asio::io_context& ctx,
+                                         timer_vector<Timer>& timers, const inputs& in,
+                                         counters* c) {
+  const std::size_t m = in.pick.size();
+  std::size_t aborted = 0;  // what expires_after() reports
+  for (std::size_t j = 0; j < m; ++j) {
+    Timer& t = *timers[in.pick[j]];
+    aborted += t.expires_after(std::chrono::nanoseconds(in.rearm_ns[j]));
+    t.async_wait(counting_handler(c));
+  }
+  ctx.poll();
+  return aborted;
+}
+
+template <class Timer>
+[[gnu::noinline]] void cancel_loop(boost::asio::io_context& ctx, timer_vector<Timer>& timers) {
+  for (auto& t : timers) t->cancel();
+  ctx.poll();
+}
+
+// ---- workloads -------------------------------------------------------------------------
+
+// 1. arm: ns per expires_after + async_wait.
+template <class Timer>
+double bench_arm(std::size_t n, const inputs& in) {
+  boost::asio::io_context ctx;
+  counters c;
+  double ns = 0;
+  {
+    auto timers = make_timers<Timer>(ctx, n);
+    const std::int64_t t0 = timestamp_ns();
+    arm_all(timers, in, &c);
+    const std::int64_t t1 = timestamp_ns();
+    ns = static_cast<double>(t1 - t0) / static_cast<double>(n);
+    expect_eq(lib_name<Timer>(), "arm", n, "handlers run before cancel", c.calls, 0);
+    cancel_all(ctx, timers);
+    expect_eq(lib_name<Timer>(), "arm", n, "handlers after cancel", c.calls, n);
+    expect_eq(lib_name<Timer>(), "arm", n, "aborted handlers", c.errors, n);
+  }
+  return ns;
+}
+
+// 2. churn: ns per (expires_after + async_wait) on a random armed timer, with the poll()
+// that runs the aborted handlers included.
+template <class Timer>
+double bench_churn(std::size_t n, const inputs& in) {
+  boost::asio::io_context ctx;
+  counters c;
+  const std::size_t m = churn_ops(n);
+  double ns = 0;
+  {
+    auto timers = make_timers<Timer>(ctx, n);
+    arm_all(timers, in, &c);
+    const std::int64_t t0 = timestamp_ns();
+    const std::size_t reported = churn_loop(ctx, timers, in, &c);
+    const std::int64_t t1 = timestamp_ns();
+    expect_eq(lib_name<Timer>(), "churn", n, "waits expires_after() reported cancelled",
+              reported, m);
+    ns = static_cast<double>(t1 - t0) / static_cast<double>(m);
+    // Every re-arm aborts exactly one wait. Timers armed first may reach their deadline
+    // (1 s at the earliest) if arming was that slow; those then complete in the timed
+    // poll() too, with success. Counted, and reported as a contaminated measurement.
+    const std::uint64_t expired = c.calls - c.errors;
+    expect_eq(lib_name<Timer>(), "churn", n, "aborted handlers run by poll()", c.errors, m);
+    g_churn_expired += expired;
+    cancel_all(ctx, timers);
+    expect_eq(lib_name<Timer>(), "churn", n, "handlers after cancel", c.calls, m + n);
+    expect_eq(lib_name<Timer>(), "churn", n, "aborted handlers", c.errors, m + n - expired);
+  }
+  return ns;
+}
+
+// 3. cancel: ns per cancel(), with the poll() that runs the aborted handlers included.
+template <class Timer>
+double bench_cancel(std::size_t n, const inputs& in) {
+  boost::asio::io_context ctx;
+  counters c;
+  double ns = 0;
+  {
+    auto timers = make_timers<Timer>(ctx, n);
+    arm_all(timers, in, &c);
+    const std::int64_t t0 = timestamp_ns();
+    cancel_loop(ctx, timers);
+    const std::int64_t t1 = timestamp_ns();
+    ns = static_cast<double>(t1 - t0) / static_cast<double>(n);
+    expect_eq(lib_name<Timer>(), "cancel", n, "handlers run", c.calls, n);
+    expect_eq(lib_name<Timer>(), "cancel", n, "aborted handlers", c.errors, n);
+  }
+  return ns;
+}
+
+// 4. burst expiry.
+struct burst_state {
+  std::uint64_t n = 0;
+  std::uint64_t calls = 0;
+  std::uint64_t errors = 0;
+  clock_type::time_point deadline{};
+  clock_type::time_point first{};
+  clock_type::time_point last{};
+  std::int64_t last_cpu = 0;
+};
+
+struct burst_result {
+  double wall_rate = 0;  // handlers/s, deadline (or run() entry) -> last handler
+  double cpu_rate = 0;   // handlers/s, thread CPU time in run() up to the last handler
+  double f2l_rate = 0;   // handlers/s, first handler -> last handler
+  bool late_start = false;  // the deadline had passed before run() was entered
+  std::optional<twheel::wheel_stats> stats;
+};
+
+template <class Timer>
+burst_result bench_burst(std::size_t n) {
+  boost::asio::io_context ctx;
+  burst_state s;
+  s.n = n;
+  burst_result r;
+  {
+    auto timers = make_timers<Timer>(ctx, n);
+    // Far enough ahead that arming is over before it (about 0.2 us per timer is needed).
+    s.deadline = clock_type::now() + std::chrono::milliseconds(20) +
+                 std::chrono::nanoseconds(500) * static_cast<std::int64_t>(n);
+    burst_state* p = &s;
+    for (auto& t : timers) {
+      t->expires_at(s.deadline);
+      t->async_wait([p](const boost::system::error_code& ec) {
+        if (++p->calls == 1) p->first = clock_type::now();
+        if (ec) ++p->errors;
+        if (p->calls == p->n) {
+          p->last = clock_type::now();
+          p->last_cpu = thread_cpu_ns();
+        }
+      });
+    }
+    const auto run_wall = clock_type::now();
+    const std::int64_t run_cpu = thread_cpu_ns();
+    ctx.run();
+    const char* lib = lib_name<Timer>();
+    expect_eq(lib, "burst", n, "handlers run", s.calls, n);
+    expect_eq(lib, "burst", n, "handlers with an error", s.errors, 0);
+    if (s.calls != 0 && s.first < s.deadline) {
+      fail(std::string(lib) + " burst n=" + std::to_string(n) + ": first handler ran " +
+           std::to_string(elapsed_ns(s.first, s.deadline)) + " ns before the deadline");
+    }
+    if (s.calls == n) {
+      r.late_start = run_wall > s.deadline;
+      const auto from = std::max(run_wall, s.deadline);
+      const double dn = static_cast<double>(n);
+      r.wall_rate = dn / (elapsed_ns(from, s.last) * 1e-9);
+      r.cpu_rate = dn / (static_cast<double>(s.last_cpu - run_cpu) * 1e-9);
+      // n - 1 intervals between the first and the last handler.
+      r.f2l_rate = n > 1 ? static_cast<double>(n - 1) / (elapsed_ns(s.first, s.last) * 1e-9) : 0;
+    }
+    if constexpr (std::is_same_v<Timer, wheel_timer>) r.stats = twheel::stats(ctx);
+  }
+  return r;
+}
+
+// 5. memory, in this (fresh) process: prints one line for the parent.
+std::size_t heap_in_use() {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;  // small chunks in use + mmapped chunks
+}
+
+std::size_t vm_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream is(line.substr(6));
+      std::size_t kb = 0;
+      is >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+template <class Timer>
+int memory_child(std::size_t n) {
+  const inputs in = make_inputs(n);
+  boost::asio::io_context ctx;
+  counters c;
+  {
+    // Create the services (and the reactor, the wheel) before the baseline.
+    Timer warm(ctx);
+    warm.expires_after(std::chrono::seconds(1));
+    warm.async_wait(counting_handler(&c));
+    warm.cancel();
+    ctx.poll();
+  }
+  timer_vector<Timer> timers(n);  // container allocated and touched before the baseline
+  const std::size_t heap0 = heap_in_use();
+  const std::size_t rss0 = vm_rss_bytes();
+  for (auto& t : timers) t.emplace(ctx);
+  arm_all(timers, in, &c);
+  const std::size_t heap1 = heap_in_use();
+  const std::size_t rss1 = vm_rss_bytes();
+  const std::size_t pending = [&] {
+    if constexpr (std::is_same_v<Timer, wheel_timer>) {
+      return twheel::stats(ctx).pending;
+    } else {
+      return n;
+    }
+  }();
+  if (c.calls != 1 || pending != n) {
+    std::fprintf(stderr, "memory %s n=%zu: unexpected state (calls %llu, pending %zu)\n",
+                 lib_name<Timer>(), n, static_cast<unsigned long long>(c.calls), pending);
+    return 1;
+  }
+  std::printf("mem %zu %zu %zu %zu\n", sizeof(Timer), sizeof(std::optional<Timer>),
+              heap1 - heap0, rss1 > rss0 ? rss1 - rss0 : 0);
+  std::fflush(stdout);
+  cancel_all(ctx, timers);
+  return c.calls == n + 1 ? 0 : 1;
+}
+
+struct memory_result {
+  double total = 0;  // heap per timer + sizeof(Timer)
+  double heap = 0;   // heap bytes per timer
+  double rss = 0;    // VmRSS growth per timer
+  std::size_t object = 0;
+  bool ok = false;
+};
+
+std::string g_self;  // this executable, resolved from /proc/self/exe
+
+memory_result measure_memory(const char* lib, std::size_t n) {
+  memory_result r;
+  const std::string cmd = "'" + g_self + "' --memory " + lib + " " + std::to_string(n);
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    fail(std::string("popen failed: ") + cmd);
+    return r;
+  }
+  char buf[256] = {};
+  std::size_t obj = 0, opt = 0, heap = 0, rss = 0;
+  bool parsed = false;
+  while (std::fgets(buf, sizeof buf, p)) {
+    if (std::sscanf(buf, "mem %zu %zu %zu %zu", &obj, &opt, &heap, &rss) == 4) parsed = true;
+  }
+  const int status = pclose(p);
+  if (!parsed || status != 0) {
+    fail(std::string("memory measurement failed (status ") + std::to_string(status) + "): " + cmd);
+    return r;
+  }
+  const double dn = static_cast<double>(n);
+  r.object = obj;
+  r.heap = static_cast<double>(heap) / dn;
+  r.total = r.heap + static_cast<double>(obj);
+  r.rss = static_cast<double>(rss) / dn;
+  r.ok = true;
+  return r;
+}
+
+// ---- driver ----------------------------------------------------------------------------
+
+struct row {
+  std::string workload;
+  std::size_t n;
+  double asio;
+  double twheel;
+  double ratio;  // > 1: twheel better
+  std::string unit;  // short, for the CSV
+  std::string note;  // longer, for the table
+  double asio_spread;
+  double twheel_spread;
+};
+
+std::vector<row> g_rows;
+bool g_run_asio = true;
+bool g_run_twheel = true;
+
+void add_row(const std::string& workload, std::size_t n, const std::vector<double>& a,
+             const std::vector<double>& t, const std::string& unit, const std::string& note,
+             bool higher_is_better) {
+  row r{workload, n, median(a), median(t), 0, unit, note, spread_pct(a), spread_pct(t)};
+  if (r.asio > 0 && r.twheel > 0) r.ratio = higher_is_better ? r.twheel / r.asio : r.asio / r.twheel;
+  g_rows.push_back(r);
+  std::printf("%-10s %9zu %12.1f ±%4.1f%% %12.1f ±%4.1f%% %8.2fx  %s %s\n", r.workload.c_str(), r.n,
+              r.asio, r.asio_spread, r.twheel, r.twheel_spread, r.ratio, r.unit.c_str(),
+              r.note.c_str());
+  std::fflush(stdout);
+}
+
+// Runs f<asio_timer> and f<wheel_timer> alternately, `reps` times each.
+template <class RunAsio, class RunWheel>
+void interleave(int reps, const char* workload, std::size_t n, RunAsio run_asio,
+                RunWheel run_wheel) {
+  for (int rep = 0; rep < reps; ++rep) {
+    if (g_run_asio) {
+      enter_phase("asio", workload, n, rep);
+      run_asio();
+    }
+    if (g_run_twheel) {
+      enter_phase("twheel", workload, n, rep);
+      run_wheel();
+    }
+  }
+  alarm(0);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+bool wants(const std::vector<std::string>& list, const char* w) {
+  return std::find(list.begin(), list.end(), w) != list.end();
+}
+
+void print_stats(std::size_t n, const twheel::wheel_stats& s) {
+  std::printf("  twheel::stats after burst n=%zu: pending=%zu timers=%zu fired=%llu "
+              "cancelled=%llu rejected=%llu cascaded=%llu wakeups=%llu\n",
+              n, s.pending, s.timers, static_cast<unsigned long long>(s.fired),
+              static_cast<unsigned long long>(s.cancelled),
+              static_cast<unsigned long long>(s.rejected),
+              static_cast<unsigned long long>(s.cascaded),
+              static_cast<unsigned long long>(s.wakeups));
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...]\n"
+               "                    [--workloads arm,churn,cancel,burst,memory]\n"
+               "                    [--lib both|asio|twheel]\n"
+               "                    [--clock wall|cpu] [--watchdog S] [--expiry-scale F]\n"
+               "       bench_timers --memory asio|twheel N\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Internal mode: one memory measurement in this fresh process.
+  if (argc == 4 && std::strcmp(argv[1], "--memory") == 0) {
+    const std::size_t n = std::strtoull(argv[3], nullptr, 10);
+    if (n == 0) return usage();
+    if (std::strcmp(argv[2], "asio") == 0) return memory_child<asio_timer>(n);
+    if (std::strcmp(argv[2], "twheel") == 0) return memory_child<wheel_timer>(n);
+    return usage();
+  }
+
+  bool quick = false;
+  int reps = 0;
+  std::vector<std::size_t> sizes;
+  std::vector<std::string> workloads{"arm", "churn", "cancel", "burst", "memory"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (a == "--sizes" && i + 1 < argc) {
+      for (const auto& s : split(argv[++i])) sizes.push_back(std::strtoull(s.c_str(), nullptr, 10));
+    } else if (a == "--workloads" && i + 1 < argc) {
+      workloads = split(argv[++i]);
+    } else if (a == "--clock" && i + 1 < argc) {
+      const std::string c = argv[++i];
+      if (c != "wall" && c != "cpu") return usage();
+      g_cpu_clock = c == "cpu";
+    } else if (a == "--watchdog" && i + 1 < argc) {
+      g_watchdog_s = static_cast<unsigned>(std::max(0, std::atoi(argv[++i])));
+    } else if (a == "--expiry-scale" && i + 1 < argc) {
+      g_expiry_scale = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--lib" && i + 1 < argc) {
+      const std::string l = argv[++i];
+      g_run_asio = l == "both" || l == "asio";
+      g_run_twheel = l == "both" || l == "twheel";
+      if (!g_run_asio && !g_run_twheel) return usage();
+    } else {
+      return usage();
+    }
+  }
+  if (sizes.empty()) {
+    sizes = quick ? std::vector<std::size_t>{10'000, 100'000}
+                  : std::vector<std::size_t>{10'000, 100'000, 1'000'000};
+  }
+  if (reps <= 0) reps = quick ? 3 : 5;
+  for (std::size_t n : sizes) {
+    if (n == 0 || n > 0xFFFFFFFFu) return usage();
+  }
+
+  {
+    char path[4096];
+    const ssize_t len = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (len > 0) g_self.assign(path, static_cast<std::size_t>(len));
+  }
+  signal(SIGALRM, on_alarm);
+
+  const auto loadavg = [] {
+    std::ifstream f("/proc/loadavg");
+    std::string a, b, c;
+    f >> a >> b >> c;
+    return a + " " + b + " " + c;
+  };
+  const auto started = clock_type::now();
+  std::printf("load average at start: %s (this machine: %ld CPUs)\n", loadavg().c_str(),
+              sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("bench_timers: boost::asio::steady_timer (asio) vs twheel::steady_timer (twheel)\n");
+  std::printf("mode: %s, %d repetitions per library, interleaved asio/twheel, medians; "
+              "fresh io_context per repetition\n",
+              quick ? "quick" : "full", reps);
+  std::printf("clock for arm/churn/cancel: %s\n",
+              g_cpu_clock ? "thread CPU time (--clock cpu)" : "wall (steady_clock)");
+  std::printf("sizeof(asio::steady_timer)=%zu sizeof(twheel::steady_timer)=%zu; "
+              "twheel default options (tick 1 ms, 6 levels, max_per_pass 4096)\n",
+              sizeof(asio_timer), sizeof(wheel_timer));
+  if (g_expiry_scale != 1) {
+    std::printf("NOTE: --expiry-scale %lld: expiries are %lld..%lld s instead of 1..60 s\n",
+                static_cast<long long>(g_expiry_scale), static_cast<long long>(g_expiry_scale),
+                60LL * g_expiry_scale);
+  }
+  std::printf("ratio: asio time / twheel time, twheel rate / asio rate, asio bytes / twheel "
+              "bytes (> 1: twheel better); ±: half the min..max range of the repetitions\n\n");
+  std::printf("%-10s %9s %19s %19s %9s  %s\n", "workload", "N", "asio", "twheel", "ratio", "unit");
+
+  for (std::size_t n : sizes) {
+    const inputs in = make_inputs(n);
+    const std::size_t m = churn_ops(n);
+    if (wants(workloads, "arm")) {
+      std::vector<double> a, t;
+      interleave(reps, "arm", n, [&] { a.push_back(bench_arm<asio_timer>(n, in)); },
+                 [&] { t.push_back(bench_arm<wheel_timer>(n, in)); });
+      add_row("arm", n, a, t, "ns/timer", "", false);
+    }
+    if (wants(workloads, "churn")) {
+      std::vector<double> a, t;
+      g_churn_expired = 0;
+      interleave(reps, "churn", n, [&] { a.push_back(bench_churn<asio_timer>(n, in)); },
+                 [&] { t.push_back(bench_churn<wheel_timer>(n, in)); });
+      add_row("churn", n, a, t, "ns/op",
+              "(" + std::to_string(m) + " re-arms; aborted handler included)", false);
+      if (g_churn_expired != 0) {
+        std::printf("  WARNING: %llu timer(s) reached their deadline during churn (arming took "
+                    "over 1 s: machine slow or loaded); their handlers ran in the timed poll()\n",
+                    static_cast<unsigned long long>(g_churn_expired));
+      }
+    }
+    if (wants(workloads, "cancel")) {
+      std::vector<double> a, t;
+      interleave(reps, "cancel", n, [&] { a.push_back(bench_cancel<asio_timer>(n, in)); },
+                 [&] { t.push_back(bench_cancel<wheel_timer>(n, in)); });
+      add_row("cancel", n, a, t, "ns/timer", "(aborted handler included)", false);
+    }
+    if (wants(workloads, "burst")) {
+      std::vector<double> aw, ac, af, tw, tc, tf;
+      int late = 0;
+      std::optional<twheel::wheel_stats> stats;
+      interleave(
+          reps, "burst", n,
+          [&] {
+            const auto r = bench_burst<asio_timer>(n);
+            aw.push_back(r.wall_rate / 1e6);
+            ac.push_back(r.cpu_rate / 1e6);
+            af.push_back(r.f2l_rate / 1e6);
+            late += r.late_start;
+          },
+          [&] {
+            const auto r = bench_burst<wheel_timer>(n);
+            tw.push_back(r.wall_rate / 1e6);
+            tc.push_back(r.cpu_rate / 1e6);
+            tf.push_back(r.f2l_rate / 1e6);
+            late += r.late_start;
+            stats = r.stats;
+          });
+      add_row("burst", n, aw, tw, "Mhandlers/s", "(deadline -> last handler; wall)", true);
+      add_row("burst-cpu", n, ac, tc, "Mhandlers/s", "(thread CPU time in run())", true);
+      add_row("burst-f2l", n, af, tf, "Mhandlers/s", "(first -> last handler; wall)", true);
+      if (late) {
+        std::printf("  note: in %d burst run(s) arming outlasted the deadline; measured from "
+                    "entering run()\n", late);
+      }
+      if (stats) print_stats(n, *stats);
+    }
+    if (wants(workloads, "memory")) {
+      std::vector<double> a, t, ah, th, ar, tr;
+      std::size_t ao = 0, to = 0;
+      for (int rep = 0; rep < reps; ++rep) {
+        if (g_run_asio) {
+          enter_phase("asio", "memory", n, rep);
+          const auto r = measure_memory("asio", n);
+          if (r.ok) {
+            a.push_back(r.total);
+            ah.push_back(r.heap);
+            ar.push_back(r.rss);
+            ao = r.object;
+          }
+        }
+        if (g_run_twheel) {
+          enter_phase("twheel", "memory", n, rep);
+          const auto r = measure_memory("twheel", n);
+          if (r.ok) {
+            t.push_back(r.total);
+            th.push_back(r.heap);
+            tr.push_back(r.rss);
+            to = r.object;
+          }
+        }
+      }
+      alarm(0);
+      add_row("memory", n, a, t, "bytes/timer", "(armed; mallinfo2 heap in use + sizeof(timer))", false);
+      std::printf("  memory n=%zu: asio   sizeof %zu + heap %.1f B/timer (VmRSS growth %.1f B/timer)\n"
+                  "  memory n=%zu: twheel sizeof %zu + heap %.1f B/timer (VmRSS growth %.1f B/timer)\n",
+                  n, ao, median(ah), median(ar), n, to, median(th), median(tr));
+    }
+  }
+
+  std::printf("\n");
+  for (const auto& r : g_rows) {
+    std::printf("csv,%s,%zu,%.3f,%.3f,%.3f,%s\n", r.workload.c_str(), r.n, r.asio, r.twheel,
+                r.ratio, r.unit.c_str());
+  }
+  const double secs = elapsed_ns(started, clock_type::now()) * 1e-9;
+  std::printf("\ntotal time %.1f s; load average at end: %s; %d check failure(s)\n", secs,
+              loadavg().c_str(), g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
