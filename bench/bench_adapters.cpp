@@ -1,0 +1,227 @@
+// bench_adapters: twheel's timeouts against what an Asio program does without twheel, in
+// the same process, interleaved, medians, ratios (> 1: twheel cheaper).
+//
+//  touch        idle_timer::touch() on a random connection, against re-arming that
+//               connection's boost::asio::steady_timer (expires_after + async_wait; the
+//               aborted handler is run and counted).
+//  cancel_after N concurrent operations each started with twheel::cancel_after(10 s),
+//               all completing before their timeout; against Asio's own construction
+//               (what boost::asio::cancel_after does in later Boost versions): a fresh
+//               steady_timer per operation racing it through a cancellation_signal.
+//
+// Usage: bench_adapters [--quick]
+#include <twheel/cancel_after.hpp>
+#include <twheel/idle_timer.hpp>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace {
+
+namespace asio = boost::asio;
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::nano>(clock_type::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// An operation that supports per-operation cancellation and completes when told to: the
+// stand-in for a socket read, so that only the timeout machinery is measured. Like a real
+// I/O object's initiation it has get_executor(), which is how cancel_after finds the wheel.
+struct pending_handler {
+  virtual ~pending_handler() = default;
+  virtual void call(boost::system::error_code ec) = 0;
+};
+
+template <class Handler>
+struct pending_holder : pending_handler {
+  explicit pending_holder(Handler&& h) : handler(std::move(h)) {}
+  void call(boost::system::error_code ec) override { std::move(handler)(ec); }
+  Handler handler;
+};
+
+using pending_list = std::vector<std::unique_ptr<pending_handler>>;
+
+struct op {
+  asio::io_context& ctx;
+  pending_list* pending;
+  asio::io_context::executor_type get_executor() const { return ctx.get_executor(); }
+  template <class Handler>
+  void operator()(Handler handler) const {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    const std::size_t id = pending->size();
+    pending->push_back(std::make_unique<pending_holder<Handler>>(std::move(handler)));
+    if (slot.is_connected()) {
+      auto* p = pending;
+      auto* c = &ctx;
+      slot.assign([p, c, id](asio::cancellation_type) {
+        if (!(*p)[id]) return;
+        asio::post(*c, [h = std::move((*p)[id])]() mutable { h->call(asio::error::operation_aborted); });
+        (*p)[id] = nullptr;
+      });
+    }
+  }
+};
+
+template <class Token>
+auto start_op(asio::io_context& ctx,
+              pending_list& pending,
+              Token&& token) {
+  return asio::async_initiate<Token, void(boost::system::error_code)>(op{ctx, &pending}, token);
+}
+
+void complete_ops(asio::io_context& ctx,
+                  pending_list& pending) {
+  for (auto& h : pending) {
+    if (h) asio::post(ctx, [h = std::move(h)]() mutable { h->call({}); });
+  }
+  pending.clear();
+}
+
+// ns per operation: start n operations with a twheel timeout, complete them all, run.
+double cancel_after_twheel(std::size_t n, long& done) {
+  asio::io_context ctx;
+  pending_list pending;
+  pending.reserve(n);
+  const auto t0 = clock_type::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    start_op(ctx, pending, twheel::cancel_after(10s, [&done](boost::system::error_code ec) {
+               if (!ec) ++done;
+             }));
+  }
+  complete_ops(ctx, pending);
+  ctx.run();
+  return since(t0) / static_cast<double>(n);
+}
+
+// The same with a steady_timer per operation racing it (Asio's cancel_after construction).
+double cancel_after_asio(std::size_t n, long& done) {
+  asio::io_context ctx;
+  pending_list pending;
+  pending.reserve(n);
+  struct race {
+    explicit race(asio::io_context& c) : timer(c) {}
+    asio::steady_timer timer;
+    asio::cancellation_signal signal;
+  };
+  const auto t0 = clock_type::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    auto r = std::make_shared<race>(ctx);
+    r->timer.expires_after(10s);
+    r->timer.async_wait([r](boost::system::error_code ec) {
+      if (!ec) r->signal.emit(asio::cancellation_type::terminal);
+    });
+    start_op(ctx, pending,
+             asio::bind_cancellation_slot(r->signal.slot(), [r, &done](boost::system::error_code ec) {
+               r->timer.cancel();
+               if (!ec) ++done;
+             }));
+  }
+  complete_ops(ctx, pending);
+  ctx.run();
+  return since(t0) / static_cast<double>(n);
+}
+
+// ns per touch() of a random connection among n, each with a pending idle wait.
+double touch_twheel(std::size_t n, std::size_t ops, std::uint64_t seed) {
+  asio::io_context ctx;
+  std::vector<std::optional<twheel::idle_timer>> conns(n);
+  for (auto& c : conns) {
+    c.emplace(ctx, 60s);
+    c->async_wait([](boost::system::error_code) {});
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<std::size_t> picks(ops);
+  for (auto& p : picks) p = rng() % n;
+  const auto t0 = clock_type::now();
+  for (std::size_t p : picks) conns[p]->touch();
+  const double ns = since(t0) / static_cast<double>(ops);
+  conns.clear();
+  ctx.run();
+  return ns;
+}
+
+// ns per re-arm (expires_after + async_wait, aborted handler run) of a random connection.
+double touch_asio(std::size_t n, std::size_t ops, std::uint64_t seed) {
+  asio::io_context ctx;
+  std::vector<std::optional<asio::steady_timer>> conns(n);
+  for (auto& c : conns) {
+    c.emplace(ctx, 60s);
+    c->async_wait([](boost::system::error_code) {});
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<std::size_t> picks(ops);
+  for (auto& p : picks) p = rng() % n;
+  const auto t0 = clock_type::now();
+  for (std::size_t p : picks) {
+    conns[p]->expires_after(60s);
+    conns[p]->async_wait([](boost::system::error_code) {});
+  }
+  ctx.poll();  // the aborted handlers
+  const double ns = since(t0) / static_cast<double>(ops);
+  conns.clear();
+  ctx.run();
+  return ns;
+}
+
+void row(const char* name, std::size_t n, double asio_ns, double twheel_ns) {
+  std::printf("%-13s %9zu %12.1f %12.1f %9.1fx  ns/op\n", name, n, asio_ns, twheel_ns,
+              asio_ns / twheel_ns);
+  std::printf("csv,%s,%zu,%.3f,%.3f,%.3f,ns/op\n", name, n, asio_ns, twheel_ns,
+              asio_ns / twheel_ns);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int reps = quick ? 3 : 5;
+  std::printf("bench_adapters: asio = what a program does without twheel; ratio = asio/twheel\n");
+  std::printf("%-13s %9s %12s %12s %10s\n", "workload", "N", "asio", "twheel", "ratio");
+
+  for (std::size_t n : quick ? std::vector<std::size_t>{10000, 100000}
+                             : std::vector<std::size_t>{10000, 100000}) {
+    std::vector<double> a, t;
+    long done_a = 0, done_t = 0;
+    for (int r = 0; r < reps; ++r) {
+      a.push_back(cancel_after_asio(n, done_a));
+      t.push_back(cancel_after_twheel(n, done_t));
+    }
+    if (done_a != done_t || done_t != static_cast<long>(n) * reps) {
+      std::printf("cancel_after: operations completed: asio %ld twheel %ld, expected %ld\n",
+                  done_a, done_t, static_cast<long>(n) * reps);
+      return 1;
+    }
+    row("cancel_after", n, median(a), median(t));
+  }
+
+  for (std::size_t n : quick ? std::vector<std::size_t>{10000, 100000}
+                             : std::vector<std::size_t>{10000, 100000, 1000000}) {
+    const std::size_t ops = std::min<std::size_t>(n, 200000);
+    std::vector<double> a, t;
+    for (int r = 0; r < reps; ++r) {
+      a.push_back(touch_asio(n, ops, 7 + r));
+      t.push_back(touch_twheel(n, ops, 7 + r));
+    }
+    row("touch", n, median(a), median(t));
+  }
+  return 0;
+}
