@@ -368,6 +368,8 @@ void configure(execution_context& ctx, const wheel_options& options,
 }
 
 wheel_stats stats(execution_context& ctx) {
+  // Asking must not create the wheel: configure() would then be refused.
+  if (!boost::asio::has_service<wheel_service>(ctx)) return wheel_stats{};
   return boost::asio::use_service<wheel_service>(ctx).stats();
 }
 

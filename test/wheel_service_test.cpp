@@ -344,6 +344,20 @@ BOOST_AUTO_TEST_CASE(configure_after_first_timer_throws_logic_error) {
   BOOST_TEST(options_of(ctx).max_pending == 0u);
 }
 
+// Reading the stats of a context with no wheel yet must not create one, or configure()
+// would be refused although no timer exists.
+BOOST_AUTO_TEST_CASE(stats_before_configure_does_not_create_the_wheel) {
+  asio::io_context ctx;
+  const auto s = twheel::stats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.wakeups == 0u);
+  BOOST_TEST(!asio::has_service<twheel::wheel_service>(ctx));
+  twheel::wheel_options o;
+  o.max_pending = 7;
+  BOOST_CHECK_NO_THROW(twheel::configure(ctx, o));
+  BOOST_TEST(asio::use_service<twheel::wheel_service>(ctx).options().max_pending == 7u);
+}
+
 BOOST_AUTO_TEST_CASE(configure_twice_throws) {
   asio::io_context ctx;
   twheel::wheel_options first;

@@ -57,7 +57,7 @@ void configure(boost::asio::execution_context& ctx, const wheel_options& options
 void configure(boost::asio::execution_context& ctx, const wheel_options& options,
                boost::system::error_code& ec) noexcept;
 
-/// The statistics of `ctx`'s wheel (creating the service if needed).
+/// The statistics of `ctx`'s wheel; all zero if it has none yet (does not create one).
 wheel_stats stats(boost::asio::execution_context& ctx);
 
 /// One timing wheel per execution context (an io_context or a thread_pool), driven by a
