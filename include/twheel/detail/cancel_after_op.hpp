@@ -165,6 +165,7 @@ class cancel_after_handler {
 
  private:
   struct forwarder {
+    explicit forwarder(State* s) noexcept : state(s) {}  // C++17: no parenthesized aggregate init
     State* state;
     void operator()(boost::asio::cancellation_type_t type) { state->emit(type); }
   };

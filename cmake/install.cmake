@@ -1,0 +1,30 @@
+# Install rules: headers, the library, a relocatable CMake package (twheel::twheel, Boost
+# found for the consumer through find_dependency) and a pkg-config file.
+include(CMakePackageConfigHelpers)
+
+set(twheel_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/twheel)
+
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/twheel
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT twheel_development)
+install(TARGETS twheel EXPORT twheel_targets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT twheel_development
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT twheel_runtime
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT twheel_runtime
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT twheel_targets
+  FILE twheelTargets.cmake
+  NAMESPACE twheel::
+  DESTINATION ${twheel_cmake_dir} COMPONENT twheel_development)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/twheelConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/twheelConfig.cmake
+  INSTALL_DESTINATION ${twheel_cmake_dir})
+# A consumer asking for 0.1 accepts any 0.y >= 0.1, not 1.0.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/twheelConfigVersion.cmake
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/twheelConfig.cmake ${PROJECT_BINARY_DIR}/twheelConfigVersion.cmake
+  DESTINATION ${twheel_cmake_dir} COMPONENT twheel_development)
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/twheel.pc.in ${PROJECT_BINARY_DIR}/twheel.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/twheel.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT twheel_development)
