@@ -27,7 +27,17 @@ namespace twheel {
 /// to one tick late (never early) and waits whose deadlines fall in the same tick
 /// complete in the order they were started; only steady clocks are accepted.
 ///
-/// Thread safety: distinct objects safe; shared objects unsafe (as Asio's).
+/// The waits live in the timing wheel of the executor's execution context (its
+/// wheel_service, created by the first timer; configure() sets its options first).
+///
+/// @tparam Clock std::chrono::steady_clock (checked at compile time).
+/// @tparam WaitTraits Accepted for compatibility with Asio; not used.
+/// @tparam Executor The I/O executor type.
+///
+/// @par Thread Safety
+/// @e Distinct @e objects: Safe.
+/// @e Shared @e objects: Unsafe (as Asio's). The wheel shared by the timers of a context
+/// is locked internally, so timers used from different threads need no common lock.
 template <class Clock, class WaitTraits = boost::asio::wait_traits<Clock>,
           class Executor = boost::asio::any_io_executor>
 class basic_waitable_timer {
@@ -36,26 +46,41 @@ class basic_waitable_timer {
                 "steady time and cannot follow a clock that jumps");
 
  public:
+  /// The type of the executor associated with the object.
   using executor_type = Executor;
 
   /// Rebinds the timer type to another executor.
   template <class Executor1>
   struct rebind_executor {
+    /// The timer type when rebound to the specified executor.
     using other = basic_waitable_timer<Clock, WaitTraits, Executor1>;
   };
 
+  /// The clock type.
   using clock_type = Clock;
+  /// The duration type of the clock.
   using duration = typename clock_type::duration;
+  /// The time point type of the clock.
   using time_point = typename clock_type::time_point;
+  /// The wait traits type (not used by the wheel).
   using traits_type = WaitTraits;
 
-  /// A timer with no expiry set, using `ex` to run handlers by default.
+  /// Constructs a timer without setting an expiry time. expiry() is then the clock's
+  /// epoch: a wait started before expires_at() or expires_after() completes at once.
+  ///
+  /// @param ex The I/O executor that the timer will use, by default, to dispatch handlers
+  /// for any asynchronous operations performed on the timer. The wheel of its execution
+  /// context is created if it does not exist yet.
   explicit basic_waitable_timer(const executor_type& ex)
       : service_(&service_for(ex)), executor_(ex) {
     service_->attach(executor_);
   }
 
-  /// A timer with no expiry set, using the executor of `context`.
+  /// Constructs a timer without setting an expiry time.
+  ///
+  /// @param context An execution context which provides the I/O executor that the timer
+  /// will use, by default, to dispatch handlers for any asynchronous operations performed
+  /// on the timer.
   template <class ExecutionContext,
             std::enable_if_t<std::is_convertible_v<ExecutionContext&,
                                                    boost::asio::execution_context&>,
@@ -63,12 +88,22 @@ class basic_waitable_timer {
   explicit basic_waitable_timer(ExecutionContext& context)
       : basic_waitable_timer(executor_type(context.get_executor())) {}
 
-  /// A timer expiring at `expiry_time`.
+  /// Constructs a timer and sets its expiry time as an absolute time.
+  ///
+  /// @param ex The I/O executor that the timer will use, by default, to dispatch handlers
+  /// for any asynchronous operations performed on the timer.
+  /// @param expiry_time The expiry time, as an absolute time.
   basic_waitable_timer(const executor_type& ex, const time_point& expiry_time)
       : basic_waitable_timer(ex) {
     expiry_ = expiry_time;
   }
 
+  /// Constructs a timer and sets its expiry time as an absolute time.
+  ///
+  /// @param context An execution context which provides the I/O executor that the timer
+  /// will use, by default, to dispatch handlers for any asynchronous operations performed
+  /// on the timer.
+  /// @param expiry_time The expiry time, as an absolute time.
   template <class ExecutionContext,
             std::enable_if_t<std::is_convertible_v<ExecutionContext&,
                                                    boost::asio::execution_context&>,
@@ -76,12 +111,24 @@ class basic_waitable_timer {
   basic_waitable_timer(ExecutionContext& context, const time_point& expiry_time)
       : basic_waitable_timer(executor_type(context.get_executor()), expiry_time) {}
 
-  /// A timer expiring `expiry_time` from now.
+  /// Constructs a timer and sets its expiry time relative to now.
+  ///
+  /// @param ex The I/O executor that the timer will use, by default, to dispatch handlers
+  /// for any asynchronous operations performed on the timer.
+  /// @param expiry_time The expiry time, relative to now (saturating at the clock's
+  /// limits instead of overflowing).
   basic_waitable_timer(const executor_type& ex, const duration& expiry_time)
       : basic_waitable_timer(ex) {
     expiry_ = after_now(expiry_time);
   }
 
+  /// Constructs a timer and sets its expiry time relative to now.
+  ///
+  /// @param context An execution context which provides the I/O executor that the timer
+  /// will use, by default, to dispatch handlers for any asynchronous operations performed
+  /// on the timer.
+  /// @param expiry_time The expiry time, relative to now (saturating at the clock's
+  /// limits instead of overflowing).
   template <class ExecutionContext,
             std::enable_if_t<std::is_convertible_v<ExecutionContext&,
                                                    boost::asio::execution_context&>,
@@ -89,8 +136,13 @@ class basic_waitable_timer {
   basic_waitable_timer(ExecutionContext& context, const duration& expiry_time)
       : basic_waitable_timer(executor_type(context.get_executor()), expiry_time) {}
 
-  /// Moves a timer; its pending waits move along. The moved-from timer is as if newly
-  /// constructed from its executor.
+  /// Move-constructs a timer from another. Its pending waits move along, with their
+  /// per-operation cancellation.
+  ///
+  /// @param other The timer to move from.
+  ///
+  /// @note Following the move, the moved-from object is in the same state as if
+  /// constructed using the basic_waitable_timer(const executor_type&) constructor.
   basic_waitable_timer(basic_waitable_timer&& other)
       : service_(other.service_), expiry_(other.expiry_), executor_(other.executor_) {
     service_->move(state_, other.state_);
@@ -98,7 +150,13 @@ class basic_waitable_timer {
     other.expiry_ = time_point();
   }
 
-  /// Move-assigns; cancels the outstanding waits of this timer first.
+  /// Move-assigns a timer from another. The pending waits of this timer are cancelled
+  /// first (operation_aborted, as Asio documents); those of `other` move to this one.
+  ///
+  /// @param other The timer to move from.
+  ///
+  /// @note Following the move, the moved-from object is in the same state as if
+  /// constructed using the basic_waitable_timer(const executor_type&) constructor.
   basic_waitable_timer& operator=(basic_waitable_timer&& other) {
     if (this != &other) {
       service_->destroy(state_);
@@ -115,7 +173,10 @@ class basic_waitable_timer {
   template <class C, class W, class E>
   friend class basic_waitable_timer;
 
-  /// Converting move from a timer with another executor type.
+  /// Move-constructs a timer from one with another executor type; as the move
+  /// constructor.
+  ///
+  /// @param other The timer to move from; its executor must convert to Executor.
   template <class Executor1,
             std::enable_if_t<std::is_convertible_v<Executor1, Executor>, int> = 0>
   basic_waitable_timer(basic_waitable_timer<Clock, WaitTraits, Executor1>&& other)
@@ -125,6 +186,9 @@ class basic_waitable_timer {
     other.expiry_ = time_point();
   }
 
+  /// Move-assigns a timer from one with another executor type; as the move assignment.
+  ///
+  /// @param other The timer to move from; its executor must convert to Executor.
   template <class Executor1>
   std::enable_if_t<std::is_convertible_v<Executor1, Executor>, basic_waitable_timer&>
   operator=(basic_waitable_timer<Clock, WaitTraits, Executor1>&& other) {
@@ -132,30 +196,68 @@ class basic_waitable_timer {
     return *this = std::move(tmp);
   }
 
-  /// Cancels outstanding waits (they complete with operation_aborted).
+  /// Destroys the timer. Its pending waits are cancelled: their handlers complete with
+  /// boost::asio::error::operation_aborted, later, from the context (never from inside
+  /// the destructor).
   ~basic_waitable_timer() { service_->destroy(state_); }
 
+  /// Not copyable.
   basic_waitable_timer(const basic_waitable_timer&) = delete;
   basic_waitable_timer& operator=(const basic_waitable_timer&) = delete;
 
+  /// Gets the executor associated with the object.
   const executor_type& get_executor() noexcept { return executor_; }
 
-  /// Cancels all waits; returns how many. They complete with operation_aborted.
+  /// Cancels any asynchronous operations that are waiting on the timer.
+  ///
+  /// Forces the completion of every pending wait: its handler completes with
+  /// boost::asio::error::operation_aborted, later, from the context (never from inside
+  /// this call). The expiry time is unchanged. Takes no lock if async_wait() was not
+  /// called since construction or the last cancel(), expires_at() or expires_after().
+  ///
+  /// @returns The number of waits that were cancelled.
+  ///
+  /// @note If the timer has already expired when cancel() is called, the handlers of
+  /// its waits have already been invoked or are queued for invocation: they can no longer
+  /// be cancelled and complete with success.
   std::size_t cancel() {
     if (!state_.might_have_waits) return 0;
     state_.might_have_waits = false;
     return service_->cancel(state_);
   }
 
-  /// Cancels the oldest wait; returns 0 or 1.
+  /// Cancels one asynchronous operation that is waiting on the timer: the oldest (waits
+  /// are cancelled in FIFO order). Its handler completes with
+  /// boost::asio::error::operation_aborted, later, from the context (never from inside
+  /// this call). The expiry time is unchanged.
+  ///
+  /// @returns The number of waits that were cancelled: 0 or 1.
+  ///
+  /// @note If the timer has already expired when cancel_one() is called, the handlers of
+  /// its waits have already been invoked or are queued for invocation: they can no longer
+  /// be cancelled and complete with success.
   std::size_t cancel_one() {
     return state_.might_have_waits ? service_->cancel_one(state_) : 0;
   }
 
-  /// The expiry time, as set (not rounded to the tick).
+  /// Gets the timer's expiry time as an absolute time, as set (not rounded to the tick).
   time_point expiry() const { return expiry_; }
 
-  /// Sets the expiry time; cancels pending waits and returns how many.
+  /// Sets the timer's expiry time as an absolute time.
+  ///
+  /// Cancels any pending waits: their handlers complete with
+  /// boost::asio::error::operation_aborted, later, from the context (never from inside
+  /// this call). Re-arming is cheap: it takes no lock if async_wait() was not called
+  /// since construction or the last cancel(), expires_at() or expires_after(), and a
+  /// later expiry is only stored (the timer is re-filed when its old slot comes due).
+  ///
+  /// @param expiry_time The expiry time to be used for the timer.
+  ///
+  /// @returns The number of waits that were cancelled.
+  ///
+  /// @note If the timer has already expired when expires_at() is called, the handlers of
+  /// its waits have already been invoked or are queued for invocation: they can no longer
+  /// be cancelled and complete with success.
   std::size_t expires_at(const time_point& expiry_time) {
     expiry_ = expiry_time;
     if (!state_.might_have_waits) return 0;  // the next async_wait files the new expiry
@@ -163,19 +265,34 @@ class basic_waitable_timer {
     return service_->expires_at(state_, expiry_time);
   }
 
-  /// Sets the expiry relative to now (saturating at time_point::max()); cancels pending
-  /// waits and returns how many.
+  /// Sets the timer's expiry time relative to now (saturating at the clock's limits
+  /// instead of overflowing). As expires_at() otherwise.
+  ///
+  /// @param expiry_time The expiry time to be used for the timer, relative to now.
+  ///
+  /// @returns The number of waits that were cancelled.
+  ///
+  /// @note If the timer has already expired when expires_after() is called, the handlers of
+  /// its waits have already been invoked or are queued for invocation: they can no longer
+  /// be cancelled and complete with success.
   std::size_t expires_after(const duration& expiry_time) {
     return expires_at(after_now(expiry_time));
   }
 
-  /// Blocks until the timer has expired. Does not use the wheel (as Asio's).
+  /// Performs a blocking wait on the timer: blocks the calling thread until the clock
+  /// reaches expiry(). Does not use the wheel (as Asio's does not use its timer queue),
+  /// so it is not rounded to the tick and does not affect pending asynchronous waits.
+  ///
+  /// @throws boost::system::system_error Declared as in Asio; this wait cannot fail.
   void wait() {
     boost::system::error_code ec;
     wait(ec);
     if (ec) throw boost::system::system_error(ec, "wait");
   }
 
+  /// Performs a blocking wait on the timer, as wait().
+  ///
+  /// @param ec Always cleared: this wait cannot fail.
   void wait(boost::system::error_code& ec) {
     ec.clear();
     // expiry_ - now cannot overflow while now < expiry_ (WaitTraits::to_wait_duration
@@ -185,12 +302,40 @@ class basic_waitable_timer {
     }
   }
 
-  /// Starts an asynchronous wait. Completion signature: void(boost::system::error_code):
-  /// success when the expiry is reached (never earlier), operation_aborted when
-  /// cancelled, no_buffer_space when the wheel's max_pending is reached. The handler is
-  /// never invoked from inside this call. Supports terminal, partial and total
-  /// per-operation cancellation. At most one allocation, through the handler's
-  /// associated allocator.
+  /// Starts an asynchronous wait on the timer.
+  ///
+  /// This function is an initiating function for an asynchronous operation, and always
+  /// returns immediately. For each call the completion handler is called exactly once,
+  /// with:
+  /// @li success, when the expiry time is reached: never earlier, at most one wheel tick
+  ///     plus scheduling delay later;
+  /// @li boost::asio::error::operation_aborted, when the wait is cancelled by cancel(),
+  ///     cancel_one(), expires_at(), expires_after(), destruction, move assignment over
+  ///     the timer or per-operation cancellation;
+  /// @li boost::asio::error::no_buffer_space, without waiting, when the wheel already
+  ///     holds wheel_options::max_pending waits.
+  ///
+  /// The handler is never invoked from inside this call. It runs on its associated
+  /// executor (the timer's by default): called directly by the wheel when that is the
+  /// executor the wheel runs on, through boost::asio::dispatch() otherwise. Waits of one
+  /// timer complete in the order they were started. The operation is allocated once,
+  /// through the handler's associated allocator (Asio's recycling allocator by default).
+  /// If the context shuts down first, the handler is destroyed without being invoked.
+  ///
+  /// @param token The completion token that will be used to produce a completion handler
+  /// (a function object, use_awaitable, use_future, deferred, detached, ...). The function
+  /// signature of the completion handler must be:
+  /// @code void handler(const boost::system::error_code& error); @endcode
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code) @endcode
+  ///
+  /// @par Per-Operation Cancellation
+  /// This asynchronous operation supports cancellation for the following
+  /// boost::asio::cancellation_type values:
+  /// @li @c cancellation_type::terminal
+  /// @li @c cancellation_type::partial
+  /// @li @c cancellation_type::total
   template <class WaitToken = boost::asio::default_completion_token_t<executor_type>>
   auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(

@@ -26,28 +26,38 @@ namespace twheel {
 
 /// The completion token made by cancel_after() and cancel_at(): the operation runs with
 /// `token_`, and if it has not completed by `deadline_`, cancellation of type `type_` is
-/// emitted into it.
+/// emitted into it. A plain value: copy or move it freely until it is used.
+///
+/// @tparam CompletionToken The wrapped completion token (decayed).
 template <class CompletionToken>
 class cancel_after_t {
  public:
+  /// The clock of timeouts and deadlines.
   using clock_type = std::chrono::steady_clock;
 
   /// Times out `timeout` after the operation is started (with deferred, when launched).
+  /// `service` names the wheel; null: that of the operation's I/O executor.
   template <class T>
   cancel_after_t(T&& token, clock_type::duration timeout, boost::asio::cancellation_type_t type,
                  wheel_service* service = nullptr)
       : token_(std::forward<T>(token)), timeout_(timeout), type_(type), service_(service) {}
 
-  /// Times out at `deadline`.
+  /// Times out at `deadline`. `service` names the wheel; null: that of the operation's
+  /// I/O executor.
   template <class T>
   cancel_after_t(T&& token, clock_type::time_point deadline,
                  boost::asio::cancellation_type_t type, wheel_service* service = nullptr)
       : token_(std::forward<T>(token)), deadline_(deadline), type_(type), service_(service) {}
 
+  /// The wrapped completion token.
   CompletionToken token_;
+  /// Set by cancel_after(): the deadline is computed when the operation starts.
   std::optional<clock_type::duration> timeout_;  // relative: counted from the start
+  /// Set by cancel_at().
   clock_type::time_point deadline_{};             // absolute, when timeout_ is empty
+  /// The cancellation type emitted at the deadline.
   boost::asio::cancellation_type_t type_;
+  /// The wheel the timeout is filed in, when the caller named one.
   wheel_service* service_;  // null: found through the operation's I/O executor
 };
 
@@ -188,8 +198,36 @@ class cancel_after_initiation {
 /// as the operation does when cancelled (usually with operation_aborted). If the operation
 /// completes first, its timeout leaves the wheel at once. The wheel is that of the
 /// operation's I/O executor's context. The caller's own cancellation slot keeps working.
+///
+/// The timeout counts from the operation's initiation (for deferred, from its launch).
+/// The I/O executor is found through Asio's token adapters applied around this token
+/// (as_tuple, redirect_error, bind_executor, ...); if there is none, the handler's
+/// associated executor names the wheel. The timeout's state is one allocation per
+/// operation, through the handler's associated allocator.
+///
+/// @param timeout How long the operation may run; a negative timeout counts as zero, a
+/// far one saturates.
+/// @param token The completion token of the operation: a handler, use_awaitable,
+/// as_tuple(...), deferred, detached, use_future, redirect_error(...), ...
+///
+/// @returns A cancel_after_t wrapping `token`.
+///
+/// @throws std::invalid_argument from the initiating function (for deferred, at launch)
+/// if no wheel can be found: neither an I/O executor nor a handler's associated executor
+/// is known. Use the overload taking an executor or a context then.
+///
+/// @par Completion Signature
+/// That of the wrapped operation.
+///
+/// @par Per-Operation Cancellation
+/// The caller's own cancellation slot, bound to the handler or around this token
+/// (bind_cancellation_slot), keeps working: every type emitted into it is forwarded to
+/// the operation.
+///
+/// @par Thread Safety
 /// Cancellation is emitted on the handler's associated executor (as Asio's cancel_after
-/// does): use a strand when the context runs on several threads.
+/// does): use a strand when the context runs on several threads, so that the emission
+/// cannot run concurrently with the operation itself.
 template <class CompletionToken>
 auto cancel_after(std::chrono::steady_clock::duration timeout, CompletionToken&& token) {
   return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
@@ -197,6 +235,12 @@ auto cancel_after(std::chrono::steady_clock::duration timeout, CompletionToken&&
                                                        boost::asio::cancellation_type::terminal);
 }
 
+/// As above, emitting cancellation of type `type` at the deadline.
+///
+/// @param timeout How long the operation may run.
+/// @param type The cancellation type to emit: terminal, partial or total. An operation
+/// that does not support it ignores it and runs on until it completes.
+/// @param token The completion token of the operation.
 template <class CompletionToken>
 auto cancel_after(std::chrono::steady_clock::duration timeout,
                   boost::asio::cancellation_type_t type, CompletionToken&& token) {
@@ -204,13 +248,22 @@ auto cancel_after(std::chrono::steady_clock::duration timeout,
                                                        timeout, type);
 }
 
-/// As cancel_after(), with an absolute deadline.
+/// As cancel_after(), with an absolute deadline. A deadline already passed cancels the
+/// operation at the wheel's next pass, never inside the initiating function.
+///
+/// @param deadline When to emit terminal cancellation.
+/// @param token The completion token of the operation.
 template <class CompletionToken>
 auto cancel_at(std::chrono::steady_clock::time_point deadline, CompletionToken&& token) {
   return cancel_after_t<std::decay_t<CompletionToken>>(
       std::forward<CompletionToken>(token), deadline, boost::asio::cancellation_type::terminal);
 }
 
+/// As cancel_at() above, emitting cancellation of type `type` at the deadline.
+///
+/// @param deadline When to emit the cancellation.
+/// @param type The cancellation type to emit: terminal, partial or total.
+/// @param token The completion token of the operation.
 template <class CompletionToken>
 auto cancel_at(std::chrono::steady_clock::time_point deadline,
                boost::asio::cancellation_type_t type, CompletionToken&& token) {
@@ -219,7 +272,13 @@ auto cancel_at(std::chrono::steady_clock::time_point deadline,
 }
 
 /// As cancel_after(), using the wheel of `ex`'s context (for operations without an I/O
-/// executor, or to pick the wheel explicitly).
+/// executor, or to pick the wheel explicitly). Creates that wheel now if it does not
+/// exist yet.
+///
+/// @param ex An executor of the context whose wheel holds the timeout.
+/// @param timeout How long the operation may run.
+/// @param token The completion token of the operation.
+/// @param type The cancellation type to emit (terminal by default).
 template <class Executor, class CompletionToken,
           std::enable_if_t<detail::is_any_executor_v<Executor>, int> = 0>
 auto cancel_after(const Executor& ex, std::chrono::steady_clock::duration timeout,
@@ -230,7 +289,13 @@ auto cancel_after(const Executor& ex, std::chrono::steady_clock::duration timeou
                                                        &detail::service_of(ex));
 }
 
-/// As cancel_after(), using the wheel of `ctx`.
+/// As cancel_after(), using the wheel of `ctx`. Creates that wheel now if it does not
+/// exist yet.
+///
+/// @param ctx The execution context whose wheel holds the timeout.
+/// @param timeout How long the operation may run.
+/// @param token The completion token of the operation.
+/// @param type The cancellation type to emit (terminal by default).
 template <class ExecutionContext, class CompletionToken,
           std::enable_if_t<std::is_convertible_v<ExecutionContext&,
                                                  boost::asio::execution_context&>,
@@ -245,9 +310,14 @@ auto cancel_after(ExecutionContext& ctx, std::chrono::steady_clock::duration tim
 
 namespace boost::asio {
 
+/// Makes twheel::cancel_after_t<CompletionToken> a completion token for the signatures
+/// CompletionToken accepts; the initiating function returns what it returns with
+/// CompletionToken.
 template <class CompletionToken, class... Signatures>
 struct async_result<twheel::cancel_after_t<CompletionToken>, Signatures...>
     : async_result<CompletionToken, Signatures...> {
+  /// Starts the operation with the wrapped token, its initiation wrapped so that the
+  /// timeout is filed once the operation has started.
   template <class Initiation, class RawToken, class... Args>
   static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
     // async_initiate, not async_result<CompletionToken>::initiate: Boost 1.81 still has

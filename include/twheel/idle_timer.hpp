@@ -86,20 +86,41 @@ class idle_wait_op {
 /// no touch() happened during one whole period: at least `period` and at most
 /// 2 x `period` (plus one wheel tick) after the last touch, never earlier.
 ///
-/// Thread safety: touch() is safe from any thread; the other members as for a timer.
+/// @par Thread Safety
+/// touch() is safe from any thread, concurrently with every member but the destructor
+/// and the move operations. The other members: distinct objects safe, shared objects
+/// unsafe, as for a timer. A pending wait re-arms its internal timer from its handler's
+/// associated executor, so call them on that executor (the context's thread, or the
+/// handler's strand when the context runs on several threads).
 template <class Executor = boost::asio::any_io_executor>
 class basic_idle_timer {
   using state_type = detail::idle_state<Executor>;
 
  public:
+  /// The type of the executor associated with the object.
   using executor_type = Executor;
+  /// The clock type.
   using clock_type = std::chrono::steady_clock;
+  /// The duration type of the clock.
   using duration = clock_type::duration;
 
-  /// An idle timer for `period` (> 0; std::invalid_argument otherwise).
+  /// Constructs an idle timer with no wait pending.
+  ///
+  /// @param ex The I/O executor that the timer will use, by default, to dispatch handlers
+  /// for its waits. The wheel of its execution context is created if it does not exist.
+  /// @param period The idle period; must be positive.
+  ///
+  /// @throws std::invalid_argument if `period` is not positive.
   basic_idle_timer(const executor_type& ex, duration period)
       : state_(std::make_shared<state_type>(ex, checked(period))) {}
 
+  /// Constructs an idle timer with no wait pending.
+  ///
+  /// @param ctx An execution context which provides the I/O executor that the timer will
+  /// use, by default, to dispatch handlers for its waits.
+  /// @param period The idle period; must be positive.
+  ///
+  /// @throws std::invalid_argument if `period` is not positive.
   template <class ExecutionContext,
             std::enable_if_t<std::is_convertible_v<ExecutionContext&,
                                                    boost::asio::execution_context&>,
@@ -107,7 +128,11 @@ class basic_idle_timer {
   basic_idle_timer(ExecutionContext& ctx, duration period)
       : basic_idle_timer(executor_type(ctx.get_executor()), period) {}
 
+  /// Move-constructs an idle timer; a pending wait moves along. The moved-from object
+  /// may only be destroyed or assigned to.
   basic_idle_timer(basic_idle_timer&&) noexcept = default;
+  /// Aborts this timer's pending wait (operation_aborted) and takes over `other`, with its
+  /// pending wait. The moved-from object may only be destroyed or assigned to.
   basic_idle_timer& operator=(basic_idle_timer&& other) noexcept {
     if (this != &other) {
       close();
@@ -116,19 +141,50 @@ class basic_idle_timer {
     return *this;
   }
 
-  /// Aborts a pending wait (operation_aborted).
+  /// Aborts a pending wait (operation_aborted, later, from the context), also one whose
+  /// period has just ended but whose handler has not run yet.
   ~basic_idle_timer() { close(); }
 
+  /// Gets the executor associated with the object.
   executor_type get_executor() const { return state_->timer.get_executor(); }
+  /// The idle period.
   duration period() const { return state_->period; }
 
-  /// Records activity. O(1): one relaxed store.
+  /// Records activity. O(1): one relaxed store. Safe from any thread. A touch() counts
+  /// for the wait pending when it happens; async_wait() forgets earlier ones.
   void touch() noexcept { state_->touched.store(true, std::memory_order_relaxed); }
 
   /// Waits until the connection has been idle for a period, measured from this call or
-  /// the last touch(). Completion signature void(boost::system::error_code): success when
-  /// idle, operation_aborted on cancel() or destruction. Supports terminal, partial and
-  /// total per-operation cancellation. One wait at a time: a new wait aborts the old.
+  /// the last touch().
+  ///
+  /// This function is an initiating function for an asynchronous operation, and always
+  /// returns immediately; the handler is never invoked from inside it. The wait is one
+  /// internal timer wait per period, re-armed while touch() is called: it completes at
+  /// least `period` after this call and after the last touch(), and at most 2 x `period`
+  /// (plus one wheel tick and scheduling delay) after the later of the two.
+  ///
+  /// One wait at a time: a new wait aborts the pending one. Start it once the previous
+  /// one has completed, though: a wait started after the previous one's period ended but
+  /// before its handler ran does not abort that one (and may be aborted by it).
+  ///
+  /// @param token The completion token that will be used to produce a completion handler
+  /// (a function object, use_awaitable, deferred, ...).
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code) @endcode
+  /// Success when idle; boost::asio::error::operation_aborted on cancel(), destruction,
+  /// move assignment over the timer, a new async_wait() or per-operation cancellation;
+  /// boost::asio::error::no_buffer_space when the wheel's wheel_options::max_pending is
+  /// reached (at the start or at a re-arm).
+  ///
+  /// @par Per-Operation Cancellation
+  /// This asynchronous operation supports cancellation for the following
+  /// boost::asio::cancellation_type values:
+  /// @li @c cancellation_type::terminal
+  /// @li @c cancellation_type::partial
+  /// @li @c cancellation_type::total
+  ///
+  /// It is honoured also when emitted after the period ended but before the handler ran.
   template <class WaitToken = boost::asio::default_completion_token_t<executor_type>>
   auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
@@ -136,7 +192,8 @@ class basic_idle_timer {
   }
 
   /// Aborts the pending wait (also one whose period has just ended but whose handler has
-  /// not run yet); returns how many waits the underlying timer aborted (0 or 1).
+  /// not run yet); returns how many waits the underlying timer aborted (0 or 1). The
+  /// handler completes with operation_aborted, later, from the context.
   std::size_t cancel() {
     state_->cancelled.store(true, std::memory_order_release);
     return state_->timer.cancel();
@@ -174,6 +231,7 @@ class basic_idle_timer {
   std::shared_ptr<state_type> state_;
 };
 
+/// An idle timer whose handlers run, by default, on an any_io_executor.
 using idle_timer = basic_idle_timer<>;
 
 }  // namespace twheel

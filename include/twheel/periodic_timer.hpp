@@ -99,24 +99,49 @@ class periodic_wait_op {
 /// stay on the grid start + k * period, and missed_tick_policy says what happens when
 /// the program falls a whole period or more behind.
 ///
-/// Thread safety: distinct objects safe; shared objects unsafe.
+/// @par Thread Safety
+/// @e Distinct @e objects: Safe.
+/// @e Shared @e objects: Unsafe. A tick's completion updates the grid and the counters
+/// on its handler's associated executor, so call the members on that executor (the
+/// context's thread, or the handler's strand when the context runs on several threads).
 template <class Executor = boost::asio::any_io_executor>
 class basic_periodic_timer {
   using state_type = detail::periodic_state<Executor>;
 
  public:
+  /// The type of the executor associated with the object.
   using executor_type = Executor;
+  /// The clock type.
   using clock_type = std::chrono::steady_clock;
+  /// The duration type of the clock.
   using duration = clock_type::duration;
+  /// The time point type of the clock.
   using time_point = clock_type::time_point;
 
-  /// `period` must be positive (std::invalid_argument otherwise). The grid starts at the
-  /// first async_wait().
+  /// Constructs a periodic timer with no wait pending. `period` must be positive
+  /// (std::invalid_argument otherwise). The grid starts at the first async_wait().
+  ///
+  /// @param ex The I/O executor that the timer will use, by default, to dispatch handlers
+  /// for its waits. The wheel of its execution context is created if it does not exist.
+  /// @param period The period between ticks.
+  /// @param mode How ticks are spaced.
+  /// @param policy What a fixed-rate timer does when it falls a period or more behind.
+  ///
+  /// @throws std::invalid_argument if `period` is not positive.
   basic_periodic_timer(const executor_type& ex, duration period,
                        tick_mode mode = tick_mode::fixed_rate,
                        missed_tick_policy policy = missed_tick_policy::burst)
       : state_(std::make_shared<state_type>(ex, checked(period), mode, policy)) {}
 
+  /// As the constructor above, with the executor of `ctx`.
+  ///
+  /// @param ctx An execution context which provides the I/O executor that the timer will
+  /// use, by default, to dispatch handlers for its waits.
+  /// @param period The period between ticks.
+  /// @param mode How ticks are spaced.
+  /// @param policy What a fixed-rate timer does when it falls a period or more behind.
+  ///
+  /// @throws std::invalid_argument if `period` is not positive.
   template <class ExecutionContext,
             std::enable_if_t<std::is_convertible_v<ExecutionContext&,
                                                    boost::asio::execution_context&>,
@@ -126,7 +151,12 @@ class basic_periodic_timer {
                        missed_tick_policy policy = missed_tick_policy::burst)
       : basic_periodic_timer(executor_type(ctx.get_executor()), period, mode, policy) {}
 
+  /// Move-constructs a periodic timer; a pending wait, the grid and the counters move
+  /// along. The moved-from object may only be destroyed or assigned to.
   basic_periodic_timer(basic_periodic_timer&&) noexcept = default;
+  /// Aborts this timer's pending wait (operation_aborted) and takes over `other`, with its
+  /// pending wait, grid and counters. The moved-from object may only be destroyed or
+  /// assigned to.
   basic_periodic_timer& operator=(basic_periodic_timer&& other) noexcept {
     if (this != &other) {
       if (state_) state_->timer.cancel();
@@ -135,14 +165,19 @@ class basic_periodic_timer {
     return *this;
   }
 
-  /// Aborts a pending wait (operation_aborted).
+  /// Aborts a pending wait (operation_aborted, later, from the context). A tick that has
+  /// already come due but whose handler has not run yet still completes with success.
   ~basic_periodic_timer() {
     if (state_) state_->timer.cancel();
   }
 
+  /// Gets the executor associated with the object.
   executor_type get_executor() const { return state_->timer.get_executor(); }
+  /// The period between ticks.
   duration period() const { return state_->period; }
+  /// How ticks are spaced.
   tick_mode mode() const { return state_->mode; }
+  /// What a fixed-rate timer does when it falls a period or more behind.
   missed_tick_policy policy() const { return state_->policy; }
 
   /// Ticks completed with success so far.
@@ -152,19 +187,48 @@ class basic_periodic_timer {
   /// The deadline of the next tick (after the first async_wait()).
   time_point next_tick() const { return state_->next; }
 
-  /// Starts the grid again at the next async_wait().
+  /// Starts the grid again at the next async_wait(). A pending wait and the counters are
+  /// not affected.
   void reset() { state_->started = false; }
 
-  /// Waits for the next tick. Completion signature void(boost::system::error_code):
-  /// success at the tick, operation_aborted on cancel() or destruction. Supports
-  /// terminal, partial and total per-operation cancellation. One wait at a time.
+  /// Waits for the next tick.
+  ///
+  /// This function is an initiating function for an asynchronous operation, and always
+  /// returns immediately; the handler is never invoked from inside it. The tick waited
+  /// for: with tick_mode::fixed_delay, one period after this call; with
+  /// tick_mode::fixed_rate, the next point of the grid start + k * period (k >= 1, start
+  /// being the time of the first call, or of the first call after reset()), moved as
+  /// missed_tick_policy says once a tick completes a period or more late. A tick whose
+  /// time has passed completes at once. Never early.
+  ///
+  /// One wait at a time: start the next wait from the previous one's handler, or once it
+  /// has completed.
+  ///
+  /// @param token The completion token that will be used to produce a completion handler
+  /// (a function object, use_awaitable, deferred, ...).
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code) @endcode
+  /// Success at the tick (counted in ticks()); boost::asio::error::operation_aborted on
+  /// cancel(), destruction, move assignment over the timer, a new async_wait() or
+  /// per-operation cancellation; boost::asio::error::no_buffer_space when the wheel's
+  /// wheel_options::max_pending is reached.
+  ///
+  /// @par Per-Operation Cancellation
+  /// This asynchronous operation supports cancellation for the following
+  /// boost::asio::cancellation_type values:
+  /// @li @c cancellation_type::terminal
+  /// @li @c cancellation_type::partial
+  /// @li @c cancellation_type::total
   template <class WaitToken = boost::asio::default_completion_token_t<executor_type>>
   auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
         initiate_wait{state_}, token);
   }
 
-  /// Aborts the pending wait; returns 0 or 1. The grid is kept.
+  /// Aborts the pending wait (operation_aborted, later, from the context); returns 0 or
+  /// 1. The grid is kept: with tick_mode::fixed_rate, the next async_wait() waits for the
+  /// same tick.
   std::size_t cancel() { return state_->timer.cancel(); }
 
  private:
@@ -191,6 +255,7 @@ class basic_periodic_timer {
   std::shared_ptr<state_type> state_;
 };
 
+/// A periodic timer whose handlers run, by default, on an any_io_executor.
 using periodic_timer = basic_periodic_timer<>;
 
 }  // namespace twheel

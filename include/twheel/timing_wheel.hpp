@@ -56,6 +56,7 @@ struct wheel_config {
   /// later deadlines are still exact (parked and re-filed).
   unsigned levels = 6;
 
+  /// The largest accepted value of `levels`.
   static constexpr unsigned max_levels = 10;
 };
 
@@ -66,9 +67,11 @@ class wheel_entry
     : public boost::intrusive::list_base_hook<
           boost::intrusive::link_mode<boost::intrusive::normal_link>> {
  public:
+  /// An idle entry: in no wheel and in no list.
   wheel_entry() noexcept = default;
-  // Copying or moving an entry never copies its links.
+  /// Copying or moving an entry never copies its links: the new entry is idle.
   wheel_entry(const wheel_entry&) noexcept : wheel_entry() {}
+  /// Leaves this entry as it is (its links and deadline are not copied).
   wheel_entry& operator=(const wheel_entry&) noexcept { return *this; }
 
   /// The deadline tick (deadline rounded up to the tick), as last given to the wheel.
@@ -96,16 +99,24 @@ class wheel_entry_list {
       boost::intrusive::list<wheel_entry, boost::intrusive::constant_time_size<false>>;
 
  public:
+  /// Iterates over the entries, front to back.
   using iterator = list_type::iterator;
+  /// Iterates over the entries, front to back, without modifying them.
   using const_iterator = list_type::const_iterator;
 
+  /// An empty batch.
   wheel_entry_list() noexcept = default;
+  /// Not copyable: an entry is linked into one list at a time.
   wheel_entry_list(const wheel_entry_list&) = delete;
   wheel_entry_list& operator=(const wheel_entry_list&) = delete;
+  /// Makes the entries left in the batch idle.
   ~wheel_entry_list() { clear(); }
 
+  /// True if the batch holds no entry. O(1).
   bool empty() const noexcept { return list_.empty(); }
+  /// The number of entries in the batch.
   std::size_t size() const noexcept { return list_.size(); }  // O(n)
+  /// The first entry. Precondition: !empty().
   wheel_entry& front() noexcept { return list_.front(); }
 
   /// Takes the first entry out; it is idle afterwards.
@@ -116,15 +127,18 @@ class wheel_entry_list {
     return e;
   }
 
+  /// Takes every entry out; they are idle afterwards.
   void clear() noexcept {
     while (!empty()) pop_front();
   }
 
-  /// Moves `entry` from the batch `from` to the back of this one.
+  /// Moves `entry` from the batch `from` to the back of this one. Precondition: `entry`
+  /// is in `from`.
   void splice_back(wheel_entry_list& from, wheel_entry& entry) noexcept {
     list_.splice(list_.end(), from.list_, from.list_.iterator_to(entry));
   }
 
+  /// Iterators over the entries, front to back.
   iterator begin() noexcept { return list_.begin(); }
   iterator end() noexcept { return list_.end(); }
   const_iterator begin() const noexcept { return list_.begin(); }
@@ -135,7 +149,8 @@ class wheel_entry_list {
   list_type list_;
 };
 
-/// Counters that never drift: see the invariant tests.
+/// Counters that never drift: see the invariant tests. Cumulative since the wheel was
+/// constructed; reschedule() to an earlier deadline counts as one remove and one insert.
 struct wheel_counters {
   std::uint64_t inserted = 0;   ///< entries filed by insert()
   std::uint64_t removed = 0;    ///< pending entries taken out by remove()
@@ -144,13 +159,26 @@ struct wheel_counters {
 };
 
 /// A hierarchical timing wheel. Times are nanoseconds since an origin the owner picks.
+///
+/// @par Thread Safety
+/// @e Distinct @e objects: Safe.
+/// @e Shared @e objects: Unsafe. The owner locks; the wheel's entries and the batches
+/// advance() fills are guarded by the same lock.
 class timing_wheel {
  public:
+  /// Times and deadlines: nanoseconds since the owner's origin.
   using duration = std::chrono::nanoseconds;
 
-  /// Throws std::invalid_argument if `config` is invalid. `start` is the current time.
+  /// Constructs an empty wheel.
+  ///
+  /// @param config The tick and the number of levels.
+  /// @param start The current time: the wheel starts at the tick containing it.
+  ///
+  /// @throws std::invalid_argument if `config` is invalid (see validate()).
+  /// @throws std::bad_alloc if the levels cannot be allocated.
   explicit timing_wheel(wheel_config config = {}, duration start = duration::zero());
 
+  /// Not copyable: pending entries are linked into the wheel's slots.
   timing_wheel(const timing_wheel&) = delete;
   timing_wheel& operator=(const timing_wheel&) = delete;
 
@@ -187,25 +215,33 @@ class timing_wheel {
 
   /// Pending entries (filed or awaiting detachment). O(1); never drifts.
   std::size_t size() const noexcept { return size_; }
+  /// True when no entry is pending. O(1).
   bool empty() const noexcept { return size_ == 0; }
 
   /// The wheel's current time: the start of its current tick.
   duration now() const noexcept { return from_tick(elapsed_); }
+  /// The wheel's current tick: the ticks elapsed since the origin.
   std::uint64_t current_tick() const noexcept { return elapsed_; }
 
+  /// The length of one tick (the wheel's resolution).
   duration tick() const noexcept { return duration(tick_ns_); }
+  /// The number of levels of 64 slots.
   unsigned levels() const noexcept { return levels_; }
+  /// The wheel's counters since construction.
   const wheel_counters& counters() const noexcept { return counters_; }
 
-  /// Converts a time to its deadline tick (rounded up) / current tick (rounded down).
+  /// Converts a deadline to its deadline tick (rounded up; 0 for negative times).
   std::uint64_t deadline_tick(duration deadline) const noexcept;
+  /// Converts a time to the tick containing it (rounded down; 0 for negative times).
   std::uint64_t tick_of(duration now) const noexcept;
 
   /// `fresh` (idle) takes the place of `entry` (pending or detached), which becomes idle.
   /// Lets an owner move an entry to a new address. O(1).
   void replace(wheel_entry& entry, wheel_entry& fresh) noexcept;
 
-  /// Throws std::invalid_argument naming the first bad value of `config`.
+  /// Checks `config` as the constructor does, without constructing a wheel.
+  ///
+  /// @throws std::invalid_argument naming the first bad value of `config`.
   static void validate(const wheel_config& config);
 
   /// Detaches every pending entry into `out`, due or not (for shutdown). Returns the count.

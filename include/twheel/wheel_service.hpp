@@ -22,6 +22,7 @@
 namespace twheel {
 
 /// Options of a context's wheel; set with configure() before the first timer is used.
+/// configure() throws std::invalid_argument naming the first value out of range.
 struct wheel_options {
   /// Resolution: deadlines are rounded up to a tick, so waits complete up to one tick
   /// (plus scheduling delay) late and never early. Must be positive.
@@ -29,7 +30,8 @@ struct wheel_options {
   /// Levels of 64 slots (1..10); 6 levels of 1 ms reach ~2.2 years before parking.
   unsigned levels = 6;
   /// Pending waits allowed at once; a wait beyond it completes with
-  /// boost::asio::error::no_buffer_space. 0 means no limit.
+  /// boost::asio::error::no_buffer_space. 0 means no limit. cancel_after() timeouts
+  /// count as pending waits but are never refused.
   std::size_t max_pending = 0;
   /// Wheel entries examined per driver pass; bounds the time one pass keeps the thread
   /// from other work. Must be positive.
@@ -37,6 +39,10 @@ struct wheel_options {
 };
 
 /// Counters of one context's wheel. All are exact at the moment of the call.
+///
+/// A cancel_after() timeout counts as a wait: pending until it fires (counted in `fired`)
+/// or leaves because its operation completed first (counted in neither `fired` nor
+/// `cancelled`).
 struct wheel_stats {
   std::size_t pending = 0;       ///< waits started and not yet completed
   std::size_t timers = 0;        ///< timers filed in the wheel (some may have no wait)
@@ -47,84 +53,130 @@ struct wheel_stats {
   std::uint64_t wakeups = 0;     ///< driver passes (expired internal timer or posted pass)
 };
 
-/// Sets the options of `ctx`'s wheel. Must be called before the first twheel timer of
-/// that context is constructed, and at most once. Throws std::invalid_argument for bad
-/// options and std::logic_error when called too late; changes nothing then.
+/// Sets the options of `ctx`'s wheel.
+///
+/// Creates the wheel with `options`. Must be called at most once per context, before
+/// anything uses its wheel: before the first twheel timer (steady_timer, idle_timer,
+/// periodic_timer, ...) is constructed on it and before the first cancel_after() or
+/// cancel_at() operation or token uses it. stats() does not create the wheel.
+///
+/// @param ctx The execution context (an io_context, a thread_pool, ...).
+/// @param options The options; see wheel_options for the valid values.
+///
+/// @throws std::invalid_argument naming the first bad value of `options` (checked
+/// first). It derives from std::logic_error: catch it first to tell the two apart.
+/// @throws std::logic_error if the wheel of `ctx` already exists (in use or configured).
+/// Nothing is changed when it throws.
+///
+/// @par Thread Safety
+/// May be called from any thread. Of concurrent calls for one context (or a call racing
+/// the context's first timer), one creates the wheel and the others throw
+/// std::logic_error.
 void configure(boost::asio::execution_context& ctx, const wheel_options& options);
 
-/// As above, reporting boost::asio::error::invalid_argument or
-/// boost::asio::error::already_started through `ec` instead of throwing.
+/// Sets the options of `ctx`'s wheel, reporting errors through an error_code instead of
+/// throwing; as the overload above otherwise.
+///
+/// @param ctx The execution context.
+/// @param options The options; see wheel_options for the valid values.
+/// @param ec Cleared on success; set to boost::asio::error::invalid_argument for a bad
+/// option, boost::asio::error::already_started if the wheel already exists, or
+/// boost::asio::error::no_memory. Nothing is changed on error.
 void configure(boost::asio::execution_context& ctx, const wheel_options& options,
                boost::system::error_code& ec) noexcept;
 
-/// The statistics of `ctx`'s wheel; all zero if it has none yet (does not create one).
+/// The statistics of `ctx`'s wheel; all zero if it has none yet (does not create one,
+/// so configure() may still follow). Safe from any thread; takes the wheel's lock.
 wheel_stats stats(boost::asio::execution_context& ctx);
 
 /// One timing wheel per execution context (an io_context or a thread_pool), driven by a
 /// single internal boost::asio::steady_timer that is armed only while waits are pending,
 /// at the earliest non-empty slot. Timers (basic_waitable_timer, ...) are thin shells
-/// over it.
+/// over it. Created by the first use of the context's wheel (use_service) or by
+/// configure().
 ///
-/// Thread safety: all members may be called concurrently; one mutex guards the wheel.
-/// Handlers are never invoked and user handlers never allocated under that mutex.
+/// Handlers complete on their associated executors, outside the lock. If one throws, the
+/// exception propagates out of the context's run() (as with Asio), and the other
+/// handlers of the same driver pass are completed later. When the context shuts down,
+/// pending handlers are destroyed without being invoked, as are waits started after that.
+///
+/// @par Thread Safety
+/// All members may be called concurrently; one mutex guards the wheel. Handlers are
+/// never invoked and user handlers never allocated under that mutex.
 class wheel_service : public boost::asio::execution_context::service {
  public:
+  /// The key of the service in its context's registry.
   using key_type = wheel_service;
+  /// The identifier of the service in its context's registry.
   static inline boost::asio::execution_context::id id;
+  /// The clock of every deadline the service is given.
   using clock_type = std::chrono::steady_clock;
 
+  /// Creates the wheel of `ctx` with default options (what use_service does).
   explicit wheel_service(boost::asio::execution_context& ctx);
+  /// Creates the wheel of `ctx` with `options` (what configure() does).
+  ///
+  /// @throws std::invalid_argument naming the first bad value of `options`.
   wheel_service(boost::asio::execution_context& ctx, const wheel_options& options);
+  /// Destroyed by the context, after shutdown() destroyed the pending handlers.
   ~wheel_service() override;
 
+  /// The options the wheel was created with.
   const wheel_options& options() const noexcept { return options_; }
+  /// The wheel's counters, read under its lock.
   wheel_stats stats() const;
 
-  /// Throws std::invalid_argument naming the first bad value.
+  /// Checks `options` as the constructor does, without creating a wheel.
+  ///
+  /// @throws std::invalid_argument naming the first bad value.
   static void validate(const wheel_options& options);
 
   // ---- used by the timer types (not for direct use) ---------------------------------
 
-  // The wheel's time for a clock time point (saturating, never rounding down).
+  /// The wheel's time for a clock time point (saturating, never rounding down).
   std::chrono::nanoseconds wheel_time(clock_type::time_point t) const noexcept;
 
-  // Starts a wait on `timer` until `deadline`. Handler is any wait handler; IoExecutor is
-  // the timer's executor. Defined in impl/wheel_service.hpp.
+  /// Starts a wait on `timer` until `deadline`. Handler is any wait handler; IoExecutor is
+  /// the timer's executor. Defined in impl/wheel_service.hpp.
   template <class Handler, class IoExecutor>
   void async_wait(detail::timer_state& timer, clock_type::time_point deadline,
                   Handler& handler, const IoExecutor& io_ex);
 
-  // Aborts all / the first wait(s) of `timer`; returns how many.
+  /// Aborts all / the first wait(s) of `timer`; returns how many.
   std::size_t cancel(detail::timer_state& timer);
+  /// Aborts the oldest wait of `timer`; returns 0 or 1.
   std::size_t cancel_one(detail::timer_state& timer);
-  // Aborts the waits of `timer` and records its new deadline; returns waits aborted.
+  /// Aborts the waits of `timer` and records its new deadline; returns waits aborted.
   std::size_t expires_at(detail::timer_state& timer, clock_type::time_point deadline);
-  // Aborts the waits of `timer` and takes it out of the wheel (timer destruction).
+  /// Aborts the waits of `timer` and takes it out of the wheel (timer destruction).
   void destroy(detail::timer_state& timer) noexcept;
-  // `to` (idle, no waits) takes over the place and the waits of `from`.
+  /// `to` (idle, no waits) takes over the place and the waits of `from`.
   void move(detail::timer_state& to, detail::timer_state& from) noexcept;
 
-  // For adapters that own their operation (cancel_after): files `op` as the only wait of
-  // `timer` until `deadline`, not counted against max_pending; the op is completed
-  // (success) when due, or destroyed at shutdown. unschedule() takes it back before it
-  // fires: true if it did (the op will then never be completed by the service).
+  /// For adapters that own their operation (cancel_after): files `op` as the only wait of
+  /// `timer` until `deadline`, never refused by max_pending (though counted as pending);
+  /// the op is completed (success) when due, or destroyed at shutdown. unschedule() takes
+  /// it back before it fires: true if it did (the op will then never be completed by the
+  /// service).
   void schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                 detail::wait_op* op);
+  /// Takes back an op filed by schedule(); see there.
   bool unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept;
 
-  // Called by a wait's cancellation slot handler: when emitted, and when destroyed.
+  /// Called by a wait's cancellation slot handler when emitted: aborts that wait.
   void cancel_wait(detail::wait_canceller& canceller) noexcept;
+  /// Called when a wait's cancellation slot handler is destroyed: cuts its link.
   void detach_canceller(detail::wait_canceller& canceller) noexcept;
 
-  // Called by every timer's constructor: the first one gives the service the executor its
-  // driver runs on (the context's plain executor, found through `ex`).
+  /// Called by every timer's constructor: the first one gives the service the executor its
+  /// driver runs on (the context's plain executor, found through `ex`).
   template <class Executor>
   void attach(const Executor& ex) {
     if (!attached_.load(std::memory_order_acquire)) attach_executor(driver_executor(ex));
   }
 
-  // True when handlers bound to `ex` may be invoked directly by the driver: `ex` is the
-  // executor the driver itself runs on.
+  /// True when handlers bound to `ex` may be invoked directly by the driver: `ex` is the
+  /// executor the driver itself runs on.
   template <class Executor>
   bool runs_inline(const Executor& ex) const noexcept;
 
