@@ -119,10 +119,12 @@ awaitable<bool> echo_exchanges(tcp::endpoint server) {
     }
 
     const auto start = clock_type::now();
+    // [snippet: coro-read-timeout]
     std::string echo;
     auto [read_ec, n] = co_await asio::async_read_until(
         socket, asio::dynamic_buffer(echo), '\n',
         twheel::cancel_after(read_timeout, as_tuple_awaitable));
+    // [snippet-end]
     const double ms = ms_since(start);
 
     bool expected;

@@ -89,6 +89,7 @@ class leased_job {
 
   // ---- heartbeats: on the grid start + k * 50 ms, whatever else is going on ----------
 
+  // [snippet: heartbeat-wait]
   void wait_heartbeat() {
     heartbeat_.async_wait([this](const error_code& ec) {
       if (ec || finished_) return;
@@ -101,6 +102,7 @@ class leased_job {
     });
     heartbeat_due_ = heartbeat_.next_tick();
   }
+  // [snippet-end]
 
   // ---- lease renewal every TTL / 3 ----------------------------------------------------
 

@@ -197,6 +197,7 @@ connection::connection(tcp::socket socket, server& owner)
   peer_ = socket_.remote_endpoint(ignored);
 }
 
+// [snippet: idle-echo-start]
 void connection::start() {
   server_.add(this);
   // The wait and the read each hold the connection; it goes when both have finished.
@@ -205,6 +206,7 @@ void connection::start() {
   });
   read();
 }
+// [snippet-end]
 
 void connection::read() {
   socket_.async_read_some(asio::buffer(buffer_),
@@ -213,6 +215,7 @@ void connection::read() {
                           });
 }
 
+// [snippet: idle-echo-on-read]
 void connection::on_read(const error_code& ec, std::size_t n) {
   if (closed_) return;
   if (ec) {
@@ -231,6 +234,7 @@ void connection::on_read(const error_code& ec, std::size_t n) {
                       self->read();
                     });
 }
+// [snippet-end]
 
 void connection::close(close_reason why) {
   if (closed_) return;

@@ -164,6 +164,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
 
   // The point of the example: the timeout is part of the completion token, so there is
   // no timer to own, arm, or cancel when the reply comes first.
+  // [snippet: read-with-timeout]
   void read() {
     const auto start = clock_type::now();
     auto on_read = [self = shared_from_this(), start](error_code ec, std::size_t n) {
@@ -172,6 +173,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
     socket_.async_read_some(asio::buffer(reply_),
                             twheel::cancel_after(read_timeout, std::move(on_read)));
   }
+  // [snippet-end]
 
   void report_read(const error_code& ec, std::size_t n, double ms) {
     const bool timed_out = ec == asio::error::operation_aborted;
