@@ -9,7 +9,11 @@
 //               (what boost::asio::cancel_after does in later Boost versions): a fresh
 //               steady_timer per operation racing it through a cancellation_signal.
 //
+// Prints the table as it goes, then every row again as a "csv," line (bench_report.hpp).
+//
 // Usage: bench_adapters [--quick]
+#include "bench_report.hpp"
+
 #include <twheel/cancel_after.hpp>
 #include <twheel/idle_timer.hpp>
 
@@ -36,11 +40,6 @@ using namespace std::chrono_literals;
 
 double since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::nano>(clock_type::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // An operation that supports per-operation cancellation and completes when told to: the
@@ -182,23 +181,19 @@ double touch_asio(std::size_t n, std::size_t ops, std::uint64_t seed) {
   return ns;
 }
 
-void row(const char* name, std::size_t n, double asio_ns, double twheel_ns) {
-  std::printf("%-13s %9zu %12.1f %12.1f %9.1fx  ns/op\n", name, n, asio_ns, twheel_ns,
-              asio_ns / twheel_ns);
-  std::printf("csv,%s,%zu,%.3f,%.3f,%.3f,ns/op\n", name, n, asio_ns, twheel_ns,
-              asio_ns / twheel_ns);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   const int reps = quick ? 3 : 5;
-  std::printf("bench_adapters: asio = what a program does without twheel; ratio = asio/twheel\n");
-  std::printf("%-13s %9s %12s %12s %10s\n", "workload", "N", "asio", "twheel", "ratio");
+  std::printf("bench_adapters: asio = what a program does without twheel; ratio = asio/twheel; "
+              "%d repetitions, interleaved, medians\n", reps);
+  std::printf("load average at start: %s\n", bench::loadavg().c_str());
+  bench::print_header();
+  bench::report report;
 
   for (std::size_t n : quick ? std::vector<std::size_t>{10000, 100000}
-                             : std::vector<std::size_t>{10000, 100000}) {
+                             : std::vector<std::size_t>{10000, 100000, 1000000}) {
     std::vector<double> a, t;
     long done_a = 0, done_t = 0;
     for (int r = 0; r < reps; ++r) {
@@ -210,7 +205,9 @@ int main(int argc, char** argv) {
                   done_a, done_t, static_cast<long>(n) * reps);
       return 1;
     }
-    row("cancel_after", n, median(a), median(t));
+    report.add("cancel_after", n, a, t, "ns/op",
+               "(operation with a timeout vs a steady_timer per operation)",
+               bench::better::lower);
   }
 
   for (std::size_t n : quick ? std::vector<std::size_t>{10000, 100000}
@@ -221,7 +218,11 @@ int main(int argc, char** argv) {
       a.push_back(touch_asio(n, ops, 7 + r));
       t.push_back(touch_twheel(n, ops, 7 + r));
     }
-    row("touch", n, median(a), median(t));
+    report.add("touch", n, a, t, "ns/op", "(idle_timer::touch() vs steady_timer re-arm)",
+               bench::better::lower);
   }
+  std::printf("\n");
+  report.print_csv();
+  std::printf("\nload average at end: %s\n", bench::loadavg().c_str());
   return 0;
 }

@@ -23,6 +23,16 @@
 //                        only: no idle wait, no tick rounding);
 //             burst-f2l  wall time from the first handler to the last (excludes work done
 //                        before the first handler, e.g. asio pops all due timers first).
+//   spread  N timers armed with deadlines uniform over one second (expires_at); ctx.run()
+//           until the last handler. Each handler records its lateness: the time it ran
+//           minus the deadline its timer was given. Reported: handlers per second (window
+//           start -> last handler), thread CPU ns per handler, lateness p50 / p99 / p99.9 /
+//           max (medians over repetitions), the smallest lateness of all repetitions and
+//           the number of negative ones (a wait completed early: counted as a failure),
+//           and twheel's driver wake-ups (stats().wakeups during run()).
+//   wakeups the spread run for each library once more, in a child process under
+//           `strace -f -c -e trace=epoll_wait,timerfd_settime`: the reactor's wake-ups and
+//           timer re-settings as the kernel saw them (needs strace).
 //   memory  in a separate process per measurement (this program re-executed with
 //           --memory <lib> <n>): N timers each with one pending async_wait, in a
 //           std::vector<std::optional<Timer>> allocated before the baseline. Reported:
@@ -34,11 +44,16 @@
 // takes over 1 s (a loaded machine), the earliest churn timers expire inside the timed
 // poll(); that is counted and reported as a warning under the churn row.
 //
+// The table goes to stdout as it is measured, then every row again as a "csv," line
+// (bench_report.hpp); scripts/bench.sh collects those into out/bench.csv.
+//
 // Usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...] [--workloads w1,w2,...]
 //                     [--lib both|asio|twheel] [--clock wall|cpu]
 //                     [--watchdog S (default 300, 0: off)]
 //                     [--expiry-scale F (valgrind only)]
 //        bench_timers --memory asio|twheel N      (internal: one memory measurement)
+
+#include "bench_report.hpp"
 
 #include <twheel/steady_timer.hpp>
 #include <twheel/wheel_service.hpp>
@@ -59,6 +74,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -96,21 +112,6 @@ std::int64_t timestamp_ns() {
   if (g_cpu_clock) return thread_cpu_ns();
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              clock_type::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-// Half the range relative to the median, in percent: a rough spread of repetitions.
-double spread_pct(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  const double med = median(v);
-  return med == 0 ? 0 : 50.0 * (*hi - *lo) / med;
 }
 
 int g_failures = 0;
@@ -158,6 +159,7 @@ struct inputs {
   std::vector<std::int64_t> arm_ns;    // per timer: 1..60 s
   std::vector<std::uint32_t> pick;     // churn: which timer
   std::vector<std::int64_t> rearm_ns;  // churn: its new expiry, 1..60 s
+  std::vector<std::int64_t> spread_ns;  // spread: per timer, offset 0..1 s from the start
 };
 
 constexpr std::int64_t min_expiry_ns = 1'000'000'000;
@@ -165,6 +167,8 @@ constexpr std::int64_t max_expiry_ns = 60'000'000'000;
 // --expiry-scale F multiplies the 1..60 s range: only for running under valgrind, which is
 // slow enough for the earliest timers to expire while the others are still being armed.
 std::int64_t g_expiry_scale = 1;
+
+constexpr std::int64_t spread_window_ns = 1'000'000'000;  // spread: deadlines over 1 s
 
 std::size_t churn_ops(std::size_t n) { return std::min<std::size_t>(n, 200'000); }
 
@@ -183,6 +187,9 @@ inputs make_inputs(std::size_t n) {
     in.pick[j] = index(rng);
     in.rearm_ns[j] = expiry(rng);
   }
+  std::uniform_int_distribution<std::int64_t> offset(0, spread_window_ns - 1);
+  in.spread_ns.resize(n);
+  for (auto& v : in.spread_ns) v = offset(rng);
   return in;
 }
 
@@ -391,7 +398,100 @@ burst_result bench_burst(std::size_t n) {
   return r;
 }
 
-// 5. memory, in this (fresh) process: prints one line for the parent.
+// 5. spread expiry: N timers with deadlines uniform over 1 s; ctx.run() until the last
+// handler. Each handler records its lateness: the time it runs minus the deadline its
+// timer was given (expires_at). A negative lateness is a wait completed early: a bug.
+struct spread_slot {
+  clock_type::time_point deadline{};
+  std::int64_t late_ns = 0;
+};
+
+struct spread_state {
+  std::uint64_t n = 0;
+  std::uint64_t calls = 0;
+  std::uint64_t errors = 0;
+  clock_type::time_point last{};
+  std::int64_t last_cpu = 0;
+};
+
+struct spread_result {
+  double rate = 0;        // handlers/s, start of the window -> last handler
+  double cpu_ns = 0;      // thread CPU time in run() per handler
+  double p50_us = 0, p99_us = 0, p999_us = 0, max_us = 0, min_us = 0;
+  std::uint64_t negative = 0;  // handlers that ran before their deadline
+  std::uint64_t due_before_run = 0;  // deadlines already passed when run() was entered
+  double wakeups = bench::na;  // twheel: stats().wakeups during run()
+};
+
+template <class Timer>
+spread_result bench_spread(std::size_t n, const inputs& in) {
+  boost::asio::io_context ctx;
+  spread_state s;
+  s.n = n;
+  spread_result r;
+  std::vector<spread_slot> slots(n);
+  {
+    auto timers = make_timers<Timer>(ctx, n);
+    // The window starts once arming is surely over (0.2 to 1 us per timer is needed,
+    // more on a loaded machine).
+    const auto start = clock_type::now() + std::chrono::milliseconds(20) +
+                       std::chrono::nanoseconds(2000) * static_cast<std::int64_t>(n);
+    spread_state* p = &s;
+    for (std::size_t i = 0; i < n; ++i) {
+      spread_slot* slot = &slots[i];
+      slot->deadline = start + std::chrono::nanoseconds(in.spread_ns[i]);
+      timers[i]->expires_at(slot->deadline);
+      timers[i]->async_wait([p, slot](const boost::system::error_code& ec) {
+        const auto now = clock_type::now();
+        slot->late_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            now - slot->deadline).count();
+        if (ec) ++p->errors;
+        if (++p->calls == p->n) {
+          p->last = now;
+          p->last_cpu = thread_cpu_ns();
+        }
+      });
+    }
+    std::uint64_t wakeups0 = 0;
+    if constexpr (std::is_same_v<Timer, wheel_timer>) wakeups0 = twheel::stats(ctx).wakeups;
+    const auto run_wall = clock_type::now();
+    const std::int64_t run_cpu = thread_cpu_ns();
+    ctx.run();
+    if constexpr (std::is_same_v<Timer, wheel_timer>) {
+      r.wakeups = static_cast<double>(twheel::stats(ctx).wakeups - wakeups0);
+    }
+    const char* lib = lib_name<Timer>();
+    expect_eq(lib, "spread", n, "handlers run", s.calls, n);
+    expect_eq(lib, "spread", n, "handlers with an error", s.errors, 0);
+    if (s.calls != n) return r;
+    std::vector<std::int64_t> late(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      late[i] = slots[i].late_ns;
+      if (late[i] < 0) ++r.negative;
+      if (slots[i].deadline < run_wall) ++r.due_before_run;
+    }
+    std::sort(late.begin(), late.end());
+    const auto pct = [&](double q) {
+      const auto i = std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n)));
+      return static_cast<double>(late[i]) * 1e-3;
+    };
+    r.p50_us = pct(0.5);
+    r.p99_us = pct(0.99);
+    r.p999_us = pct(0.999);
+    r.max_us = static_cast<double>(late.back()) * 1e-3;
+    r.min_us = static_cast<double>(late.front()) * 1e-3;
+    r.rate = static_cast<double>(n) / (elapsed_ns(std::max(start, run_wall), s.last) * 1e-9);
+    r.cpu_ns = static_cast<double>(s.last_cpu - run_cpu) / static_cast<double>(n);
+    if (r.negative != 0) {
+      fail(std::string(lib) + " spread n=" + std::to_string(n) + ": " +
+           std::to_string(r.negative) + " handler(s) ran before their deadline (min lateness " +
+           std::to_string(r.min_us) + " us)");
+    }
+  }
+  return r;
+}
+
+// 6. memory, in this (fresh) process: prints one line for the parent.
 std::size_t heap_in_use() {
   const struct mallinfo2 mi = mallinfo2();
   return mi.uordblks + mi.hblkhd;  // small chunks in use + mmapped chunks
@@ -488,34 +588,71 @@ memory_result measure_memory(const char* lib, std::size_t n) {
   return r;
 }
 
-// ---- driver ----------------------------------------------------------------------------
-
-struct row {
-  std::string workload;
-  std::size_t n;
-  double asio;
-  double twheel;
-  double ratio;  // > 1: twheel better
-  std::string unit;  // short, for the CSV
-  std::string note;  // longer, for the table
-  double asio_spread;
-  double twheel_spread;
+// 7. wake-ups of the spread workload, counted by strace: the spread run for one library in
+// a child process (this program, re-executed) under `strace -f -c`, which counts the
+// epoll_wait and timerfd_settime calls of the whole child (a few of them come from arming
+// the timers, the rest are the wake-ups of the run). --seccomp-bpf stops the child only at
+// those two calls, so the rest of the run is not slowed down.
+struct traced_result {
+  double epoll_wait = bench::na;
+  double timerfd_settime = bench::na;
+  double stats_wakeups = bench::na;  // twheel: what stats() counted in that same run
 };
 
-std::vector<row> g_rows;
+bool have_strace() { return std::system("command -v strace >/dev/null 2>&1") == 0; }
+
+traced_result traced_spread(const char* lib, std::size_t n) {
+  traced_result r;
+  const std::string out = "/tmp/twheel-bench-strace-" + std::to_string(getpid()) + "-" + lib;
+  const std::string cmd = "strace -f --seccomp-bpf -c -e trace=epoll_wait,timerfd_settime -o '" +
+                          out + "' '" + g_self + "' --lib " + lib +
+                          " --workloads spread --reps 1 --sizes " + std::to_string(n);
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    fail("popen failed: " + cmd);
+    return r;
+  }
+  char buf[512] = {};
+  while (std::fgets(buf, sizeof buf, p)) {
+    std::size_t cn = 0;
+    double w = 0;
+    if (std::sscanf(buf, "csv,wakeups,%zu,,%lf", &cn, &w) == 2) r.stats_wakeups = w;
+  }
+  const int status = pclose(p);
+  std::ifstream f(out);
+  std::string line;
+  bool header = false;
+  while (std::getline(f, line)) {
+    std::istringstream is(line);
+    std::vector<std::string> tok;
+    for (std::string t; is >> t;) tok.push_back(t);
+    if (!tok.empty() && tok.back() == "syscall") header = true;
+    if (tok.size() < 5) continue;
+    if (tok.back() == "epoll_wait") r.epoll_wait = std::strtod(tok[3].c_str(), nullptr);
+    if (tok.back() == "timerfd_settime") r.timerfd_settime = std::strtod(tok[3].c_str(), nullptr);
+  }
+  std::remove(out.c_str());
+  if (status != 0 || !header) {
+    fail("traced spread run failed (status " + std::to_string(status) + "): " + cmd);
+    return traced_result{};
+  }
+  // Absent from the summary: not called at all.
+  if (std::isnan(r.epoll_wait)) r.epoll_wait = 0;
+  if (std::isnan(r.timerfd_settime)) r.timerfd_settime = 0;
+  return r;
+}
+
+// ---- driver ----------------------------------------------------------------------------
+
+bench::report g_report;
 bool g_run_asio = true;
 bool g_run_twheel = true;
 
 void add_row(const std::string& workload, std::size_t n, const std::vector<double>& a,
              const std::vector<double>& t, const std::string& unit, const std::string& note,
              bool higher_is_better) {
-  row r{workload, n, median(a), median(t), 0, unit, note, spread_pct(a), spread_pct(t)};
-  if (r.asio > 0 && r.twheel > 0) r.ratio = higher_is_better ? r.twheel / r.asio : r.asio / r.twheel;
-  g_rows.push_back(r);
-  std::printf("%-10s %9zu %12.1f ±%4.1f%% %12.1f ±%4.1f%% %8.2fx  %s %s\n", r.workload.c_str(), r.n,
-              r.asio, r.asio_spread, r.twheel, r.twheel_spread, r.ratio, r.unit.c_str(),
-              r.note.c_str());
-  std::fflush(stdout);
+  g_report.add(workload, n, a, t, unit, note,
+               higher_is_better ? bench::better::higher : bench::better::lower);
 }
 
 // Runs f<asio_timer> and f<wheel_timer> alternately, `reps` times each.
@@ -562,7 +699,7 @@ void print_stats(std::size_t n, const twheel::wheel_stats& s) {
 int usage() {
   std::fprintf(stderr,
                "usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...]\n"
-               "                    [--workloads arm,churn,cancel,burst,memory]\n"
+               "                    [--workloads arm,churn,cancel,burst,spread,wakeups,memory]\n"
                "                    [--lib both|asio|twheel]\n"
                "                    [--clock wall|cpu] [--watchdog S] [--expiry-scale F]\n"
                "       bench_timers --memory asio|twheel N\n");
@@ -584,7 +721,8 @@ int main(int argc, char** argv) {
   bool quick = false;
   int reps = 0;
   std::vector<std::size_t> sizes;
-  std::vector<std::string> workloads{"arm", "churn", "cancel", "burst", "memory"};
+  std::vector<std::string> workloads{"arm",    "churn",   "cancel", "burst",
+                                     "spread", "wakeups", "memory"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -628,14 +766,8 @@ int main(int argc, char** argv) {
   }
   signal(SIGALRM, on_alarm);
 
-  const auto loadavg = [] {
-    std::ifstream f("/proc/loadavg");
-    std::string a, b, c;
-    f >> a >> b >> c;
-    return a + " " + b + " " + c;
-  };
   const auto started = clock_type::now();
-  std::printf("load average at start: %s (this machine: %ld CPUs)\n", loadavg().c_str(),
+  std::printf("load average at start: %s (this machine: %ld CPUs)\n", bench::loadavg().c_str(),
               sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("bench_timers: boost::asio::steady_timer (asio) vs twheel::steady_timer (twheel)\n");
   std::printf("mode: %s, %d repetitions per library, interleaved asio/twheel, medians; "
@@ -653,7 +785,7 @@ int main(int argc, char** argv) {
   }
   std::printf("ratio: asio time / twheel time, twheel rate / asio rate, asio bytes / twheel "
               "bytes (> 1: twheel better); ±: half the min..max range of the repetitions\n\n");
-  std::printf("%-10s %9s %19s %19s %9s  %s\n", "workload", "N", "asio", "twheel", "ratio", "unit");
+  bench::print_header();
 
   for (std::size_t n : sizes) {
     const inputs in = make_inputs(n);
@@ -713,6 +845,71 @@ int main(int argc, char** argv) {
       }
       if (stats) print_stats(n, *stats);
     }
+    if (wants(workloads, "spread")) {
+      std::vector<double> ar, tr, ac, tc, a50, t50, a99, t99, a999, t999, amax, tmax, tw;
+      double amin = bench::na, tmin = bench::na, aneg = bench::na, tneg = bench::na;
+      std::uint64_t due_before_run = 0;
+      const auto keep = [&](const spread_result& r, std::vector<double>& rate,
+                            std::vector<double>& cpu, std::vector<double>& p50,
+                            std::vector<double>& p99, std::vector<double>& p999,
+                            std::vector<double>& mx, double& mn, double& neg) {
+        rate.push_back(r.rate / 1e3);
+        cpu.push_back(r.cpu_ns);
+        p50.push_back(r.p50_us);
+        p99.push_back(r.p99_us);
+        p999.push_back(r.p999_us);
+        mx.push_back(r.max_us);
+        mn = std::isnan(mn) ? r.min_us : std::min(mn, r.min_us);
+        neg = (std::isnan(neg) ? 0 : neg) + static_cast<double>(r.negative);
+        due_before_run += r.due_before_run;
+      };
+      interleave(
+          reps, "spread", n,
+          [&] { keep(bench_spread<asio_timer>(n, in), ar, ac, a50, a99, a999, amax, amin, aneg); },
+          [&] {
+            const auto r = bench_spread<wheel_timer>(n, in);
+            keep(r, tr, tc, t50, t99, t999, tmax, tmin, tneg);
+            tw.push_back(r.wakeups);
+          });
+      add_row("spread", n, ar, tr, "khandlers/s",
+              "(deadlines uniform over 1 s; window start -> last handler; wall)", true);
+      add_row("spread-cpu", n, ac, tc, "ns/handler", "(thread CPU time in run())", false);
+      add_row("late-p50", n, a50, t50, "us", "(lateness: handler ran - its deadline)", false);
+      add_row("late-p99", n, a99, t99, "us", "", false);
+      add_row("late-p99.9", n, a999, t999, "us", "", false);
+      add_row("late-max", n, amax, tmax, "us", "(median over repetitions of each run's max)",
+              false);
+      g_report.add(bench::row{"late-min", n, amin, tmin, bench::na, "us",
+                              "(smallest of all repetitions; never negative)"},
+                   bench::better::none);
+      g_report.add(bench::row{"late-negative", n, aneg, tneg, bench::na, "handlers",
+                              "(ran before their deadline, all repetitions; must be 0)"},
+                   bench::better::none);
+      add_row("wakeups", n, {}, tw, "wakeups", "(twheel stats().wakeups during run())", false);
+      if (due_before_run != 0) {
+        std::printf("  note: %llu deadline(s) had passed before run() was entered (arming was "
+                    "slow); their lateness includes that wait\n",
+                    static_cast<unsigned long long>(due_before_run));
+      }
+    }
+    if (wants(workloads, "wakeups")) {
+      if (!have_strace()) {
+        std::printf("  wakeups n=%zu: skipped: strace not found (install it with "
+                    "`apt-get install -y strace`)\n", n);
+      } else {
+        enter_phase("both", "wakeups (strace)", n, 0);
+        const traced_result a = traced_spread("asio", n);
+        const traced_result t = traced_spread("twheel", n);
+        alarm(0);
+        g_report.add(bench::row{"epoll_wait", n, a.epoll_wait, t.epoll_wait, bench::na, "calls",
+                                "(spread run under strace -f -c, one run each)"},
+                     bench::better::lower);
+        g_report.add(bench::row{"timerfd_settime", n, a.timerfd_settime, t.timerfd_settime,
+                                bench::na, "calls", "(same runs)"},
+                     bench::better::lower);
+        std::printf("  (twheel stats().wakeups in that traced run: %.0f)\n", t.stats_wakeups);
+      }
+    }
     if (wants(workloads, "memory")) {
       std::vector<double> a, t, ah, th, ar, tr;
       std::size_t ao = 0, to = 0;
@@ -742,17 +939,15 @@ int main(int argc, char** argv) {
       add_row("memory", n, a, t, "bytes/timer", "(armed; mallinfo2 heap in use + sizeof(timer))", false);
       std::printf("  memory n=%zu: asio   sizeof %zu + heap %.1f B/timer (VmRSS growth %.1f B/timer)\n"
                   "  memory n=%zu: twheel sizeof %zu + heap %.1f B/timer (VmRSS growth %.1f B/timer)\n",
-                  n, ao, median(ah), median(ar), n, to, median(th), median(tr));
+                  n, ao, bench::median(ah), bench::median(ar), n, to, bench::median(th),
+                  bench::median(tr));
     }
   }
 
   std::printf("\n");
-  for (const auto& r : g_rows) {
-    std::printf("csv,%s,%zu,%.3f,%.3f,%.3f,%s\n", r.workload.c_str(), r.n, r.asio, r.twheel,
-                r.ratio, r.unit.c_str());
-  }
+  g_report.print_csv();
   const double secs = elapsed_ns(started, clock_type::now()) * 1e-9;
   std::printf("\ntotal time %.1f s; load average at end: %s; %d check failure(s)\n", secs,
-              loadavg().c_str(), g_failures);
+              bench::loadavg().c_str(), g_failures);
   return g_failures == 0 ? 0 : 1;
 }
