@@ -54,13 +54,20 @@ class cancel_after_state : public wait_op {
   // Files the timeout. Called after the operation was initiated, so that its cancellation
   // handler is installed before the timeout can emit. If the operation already finished,
   // takes the timeout back (finish() and start() race benignly: one unschedule wins).
+  // The initiating call holds its own share until here: the operation may complete on
+  // another thread, and the timeout fire, before start() has read done_ (TSan found it).
   void start(std::chrono::nanoseconds deadline) {
     service_.schedule(entry_, deadline, this);
     if (done_.load(std::memory_order_acquire) && service_.unschedule(entry_, this)) release();
+    release();
   }
 
-  // The operation could not be initiated (its initiation threw): drop the wheel's share.
-  void abandon() noexcept { release(); }
+  // The operation could not be initiated (its initiation threw, and the handler it was
+  // given is gone): drop the wheel's share and the initiating call's.
+  void abandon() noexcept {
+    release();
+    release();
+  }
 
   boost::asio::cancellation_slot slot() noexcept { return signal_.slot(); }
   void emit(boost::asio::cancellation_type_t type) { signal_.emit(type); }
@@ -119,7 +126,7 @@ class cancel_after_state : public wait_op {
   Executor executor_;
   Allocator allocator_;
   boost::asio::cancellation_type_t type_;
-  std::atomic<int> refs_{2};  // the wrapped handler and the wheel's wait
+  std::atomic<int> refs_{3};  // the wrapped handler, the wheel's wait, the initiating call
   std::atomic<bool> done_{false};
 };
 
