@@ -1586,6 +1586,175 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(far_deadlines, Timer, timer_types) {
 }
 
 // ---------------------------------------------------------------------------------------
+// 14b. The ends of the clock's range, and durations whose sum with now overflows
+// ---------------------------------------------------------------------------------------
+
+namespace {
+// now + d, saturated at the ends of the time_point's range: what Asio's own timers compute
+// for expires_after() (detail::chrono_time_traits::add).
+template <class TimePoint, class Duration>
+TimePoint saturating_add(TimePoint t, Duration d) {
+  if (d > Duration::zero() && t > (TimePoint::max)() - d) return (TimePoint::max)();
+  if (d < Duration::zero() && t < (TimePoint::min)() - d) return (TimePoint::min)();
+  return t + d;
+}
+}  // namespace
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(20))
+BOOST_AUTO_TEST_CASE_TEMPLATE(range_ends_and_overflowing_durations, Timer, timer_types) {
+  using clock = typename Timer::clock_type;
+  using time_point = typename Timer::time_point;
+  using duration = typename Timer::duration;
+  // The most whole hours a duration holds (hours::max() itself does not convert).
+  const duration hours_max = std::chrono::floor<std::chrono::hours>((duration::max)());
+
+  {  // run() with only a wait at time_point::max() pending does not return: it is work
+    asio::io_context ctx;
+    Timer t(ctx, (time_point::max)());
+    wait_log log;
+    t.async_wait(log.handler(1));
+    ctx.run_for(50ms);
+    BOOST_TEST(log.total() == 0u);
+    BOOST_TEST(!ctx.stopped(), "run() ran out of work with a wait pending");
+    // Cancelled from another thread while run() blocks: run() then returns.
+    const auto t0 = wall::now();
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(30ms);
+      asio::post(ctx, [&] { BOOST_TEST(t.cancel() == 1u); });
+    });
+    auto r = run_ctx(ctx);
+    canceller.join();
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(wall::now() - t0) >= 30);
+    BOOST_TEST(log.count(1) == 1u);
+    BOOST_TEST(log.ec(1) == aborted);
+  }
+
+  {  // far deadlines (saturated or not): none fires early, a near wait still fires on time
+    struct far_case {
+      const char* name;
+      std::function<void(Timer&)> set;
+      duration after;  // expected expiry: saturating_add(now, after), unless `at` is set
+      std::optional<time_point> at;
+    };
+    const std::vector<far_case> cases = {
+        {"expires_at(max)", [](Timer& t) { t.expires_at((time_point::max)()); }, {},
+         (time_point::max)()},
+        {"expires_at(max - 1ns)",
+         [](Timer& t) { t.expires_at((time_point::max)() - std::chrono::nanoseconds(1)); }, {},
+         (time_point::max)() - std::chrono::nanoseconds(1)},
+        {"expires_at(max - 1h)",
+         [](Timer& t) { t.expires_at((time_point::max)() - std::chrono::hours(1)); }, {},
+         (time_point::max)() - std::chrono::hours(1)},
+        {"expires_after(duration::max())",
+         [](Timer& t) { t.expires_after((duration::max)()); }, (duration::max)(), {}},
+        {"expires_after(duration::max() - 1ns)",
+         [](Timer& t) { t.expires_after((duration::max)() - std::chrono::nanoseconds(1)); },
+         (duration::max)() - std::chrono::nanoseconds(1), {}},
+        {"expires_after(floor<hours>(duration::max()))",
+         [&](Timer& t) { t.expires_after(hours_max); }, hours_max, {}},
+        {"expires_after(duration::max() / 2)",
+         [](Timer& t) { t.expires_after((duration::max)() / 2); }, (duration::max)() / 2, {}},
+        {"expires_after(max - an earlier now)",
+         [](Timer& t) {
+           t.expires_at(clock::now());
+           t.expires_after((time_point::max)() - t.expiry());  // now has moved on: overflows
+         },
+         (duration::max)(), {}},
+    };
+    asio::io_context ctx;
+    std::vector<std::unique_ptr<Timer>> timers;
+    wait_log log;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      BOOST_TEST_CONTEXT(cases[i].name) {
+        timers.push_back(std::make_unique<Timer>(ctx));
+        Timer& t = *timers.back();
+        const auto before = clock::now();
+        cases[i].set(t);
+        const auto after = clock::now();
+        if (cases[i].at) {
+          BOOST_TEST((t.expiry() == *cases[i].at));
+        } else {
+          BOOST_TEST((t.expiry() >= saturating_add(before, cases[i].after)));
+          BOOST_TEST((t.expiry() <= saturating_add(after, cases[i].after)));
+        }
+        BOOST_TEST((t.expiry() > after + std::chrono::hours(24 * 365 * 100)));
+        t.async_wait(log.handler(static_cast<int>(i)));
+      }
+    }
+    // The constructors saturate the same way.
+    Timer c1(ctx, (duration::max)());
+    BOOST_TEST((c1.expiry() == (time_point::max)()));
+    const auto before = clock::now();
+    Timer c2(ctx.get_executor(), hours_max);
+    BOOST_TEST((c2.expiry() >= saturating_add(before, hours_max)));
+    c1.async_wait(log.handler(100));
+    c2.async_wait(log.handler(101));
+
+    Timer near(ctx, 5ms);
+    const auto near_deadline = near.expiry();
+    std::optional<time_point> near_ran;
+    near.async_wait([&](error_code ec) {
+      BOOST_TEST(ec == error_code{});
+      near_ran = clock::now();
+    });
+    BOOST_TEST(run_until(ctx, [&] { return near_ran.has_value(); }));
+    BOOST_TEST((near_ran && *near_ran >= near_deadline));
+    ctx.restart();
+    ctx.run_for(30ms);
+    BOOST_TEST(log.total() == 0u, "a far wait completed");
+    BOOST_TEST(!ctx.stopped());
+
+    for (auto& t : timers) BOOST_TEST(t->cancel() == 1u);
+    BOOST_TEST(c1.cancel_one() == 1u);
+    BOOST_TEST(c2.expires_at((time_point::max)()) == 1u);
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 1000);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      BOOST_TEST(log.count(static_cast<int>(i)) == 1u, cases[i].name);
+      BOOST_TEST(log.ec(static_cast<int>(i)) == aborted, cases[i].name);
+    }
+    BOOST_TEST(log.ec(100) == aborted);
+    BOOST_TEST(log.ec(101) == aborted);
+  }
+
+  {  // the other end: time_point::min() and the most negative durations fire at once
+    const std::vector<std::pair<const char*, std::function<void(Timer&)>>> cases = {
+        {"expires_at(min)", [](Timer& t) { t.expires_at((time_point::min)()); }},
+        {"expires_at(min + 1ns)",
+         [](Timer& t) { t.expires_at((time_point::min)() + std::chrono::nanoseconds(1)); }},
+        {"expires_after(duration::min())",
+         [](Timer& t) { t.expires_after((duration::min)()); }},
+        {"expires_after(-floor<hours>(duration::max()))",
+         [&](Timer& t) { t.expires_after(-hours_max); }},
+    };
+    asio::io_context ctx;
+    std::vector<std::unique_ptr<Timer>> timers;
+    wait_log log;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      timers.push_back(std::make_unique<Timer>(ctx, 1h));
+      cases[i].second(*timers.back());
+      BOOST_TEST((timers.back()->expiry() < clock::now()), cases[i].first);
+      timers.back()->async_wait(log.handler(static_cast<int>(i)));
+    }
+    Timer c(ctx, (duration::min)());
+    BOOST_TEST((c.expiry() < clock::now()));
+    c.async_wait(log.handler(100));
+    BOOST_TEST(log.total() == 0u);  // not inside async_wait
+    auto r = run_ctx(ctx);
+    BOOST_TEST(!r.timed_out);
+    BOOST_TEST(ms(r.elapsed) < 500);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      BOOST_TEST(log.count(static_cast<int>(i)) == 1u, cases[i].first);
+      BOOST_TEST(log.ec(static_cast<int>(i)) == error_code{}, cases[i].first);
+    }
+    BOOST_TEST(log.count(100) == 1u);
+    BOOST_TEST(log.ec(100) == error_code{});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // 15. Destroying the io_context with pending work destroys handlers without calling them
 // ---------------------------------------------------------------------------------------
 

@@ -18,14 +18,17 @@
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -1580,4 +1583,397 @@ BOOST_AUTO_TEST_CASE(stress_two_threads_strands) {
   BOOST_TEST_MESSAGE("stress: fired " << s.fired << ", cancelled " << s.cancelled
                                       << ", wakeups " << s.wakeups << ", cascaded "
                                       << s.cascaded << ", " << ms(r.elapsed) << " ms");
+}
+
+// ---------------------------------------------------------------------------------------
+// 13. max_pending: a rejection touches none of the waits already pending
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(max_pending_rejection_leaves_pending_waits_untouched) {
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.max_pending = 2;
+  twheel::configure(ctx, o);
+
+  const auto t0 = clock_type::now();
+  twheel::steady_timer a(ctx, t0 + 30ms), b(ctx, t0 + 60ms), c(ctx, t0 + 5ms);
+  wait_log log;
+  std::map<int, clock_type::time_point> when;
+  auto handler = [&](int id) {
+    return [&, id](error_code ec) {
+      when[id] = clock_type::now();
+      log.handler(id)(ec);
+    };
+  };
+  a.async_wait(handler(1));
+  b.async_wait(handler(2));
+  // Rejected: a second wait on a timer that has one, another one on the other timer, and
+  // a wait on a third timer bound to a cancellation signal.
+  a.async_wait(handler(3));
+  b.async_wait(handler(4));
+  asio::cancellation_signal sig;
+  c.async_wait(asio::bind_cancellation_slot(sig.slot(), handler(5)));
+  auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 2u);
+  BOOST_TEST(s.rejected == 3u);
+  BOOST_TEST(s.timers == 2u);  // c never entered the wheel
+  BOOST_TEST((a.expiry() == t0 + 30ms));
+  BOOST_TEST((b.expiry() == t0 + 60ms));
+
+  BOOST_TEST(run_until(ctx, [&] { return log.total() == 3; }));
+  for (int id : {3, 4, 5}) BOOST_TEST(log.ec(id) == no_space, "wait " << id);
+  BOOST_TEST(log.count(1) + log.count(2) == 0u);
+  // Nothing of the rejected waits is left: their signal and the third timer's cancel()
+  // find nothing, and the pending waits do not notice.
+  sig.emit(asio::cancellation_type::terminal);
+  BOOST_TEST(c.cancel() == 0u);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 2u);
+  BOOST_TEST(s.cancelled == 0u);
+  BOOST_TEST(s.timers == 2u);
+
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.order == (std::vector<int>{3, 4, 5, 1, 2}), boost::test_tools::per_element());
+  BOOST_TEST(log.ec(1) == success);
+  BOOST_TEST(log.ec(2) == success);
+  // On time: not before the deadline, and not held back by the rejections (generous bound
+  // for loaded machines).
+  BOOST_TEST((when[1] >= t0 + 30ms));
+  BOOST_TEST((when[2] >= t0 + 60ms));
+  BOOST_TEST(ms(when[1] - (t0 + 30ms)) < 1000);
+  BOOST_TEST(ms(when[2] - (t0 + 60ms)) < 1000);
+  s = wstats(ctx);
+  BOOST_TEST(s.fired == 2u);
+  BOOST_TEST(s.cancelled == 0u);
+  BOOST_TEST(s.rejected == 3u);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.timers == 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// 14. A handler's exception leaves run(); later timers fire when run() is called again
+// ---------------------------------------------------------------------------------------
+
+// Asio's rule: the exception propagates out of the throwing thread's run(), and run() may
+// be called again without restart(); other threads running the context are not affected.
+BOOST_AUTO_TEST_CASE(handler_exception_then_run_again_fires_later_timers) {
+  for (bool on_strand : {false, true}) {
+    BOOST_TEST_CONTEXT((on_strand ? "strand-bound thrower" : "inline thrower")) {
+      asio::io_context ctx;
+      auto strand = asio::make_strand(ctx);
+      const auto t0 = clock_type::now();
+      twheel::steady_timer thrower(ctx, t0 + 10ms);
+      // Armed before the throw, due after it, on different levels of the wheel.
+      const std::vector<std::chrono::milliseconds> delays = {30ms, 200ms, 1000ms};
+      std::vector<std::unique_ptr<twheel::steady_timer>> later;
+      std::vector<int> calls(delays.size(), 0);
+      std::vector<error_code> codes(delays.size(), never);
+      std::vector<clock_type::time_point> ran(delays.size());
+      for (std::size_t i = 0; i < delays.size(); ++i) {
+        later.push_back(std::make_unique<twheel::steady_timer>(ctx, t0 + delays[i]));
+        later[i]->async_wait([&, i](error_code ec) {
+          ++calls[i];
+          codes[i] = ec;
+          ran[i] = clock_type::now();
+        });
+      }
+      int throws = 0;
+      auto throwing = [&](error_code) {
+        ++throws;
+        throw std::runtime_error("from handler");
+      };
+      if (on_strand) {
+        thrower.async_wait(asio::bind_executor(strand, throwing));
+      } else {
+        thrower.async_wait(throwing);
+      }
+
+      std::string caught;
+      try {
+        run_ctx(ctx);
+      } catch (const std::runtime_error& e) {
+        caught = e.what();
+      }
+      BOOST_TEST(caught == "from handler");
+      BOOST_TEST(throws == 1);
+      BOOST_TEST(!ctx.stopped());
+      BOOST_TEST(codes[2] == never);  // due 1 s after the start: certainly still pending
+      auto s = wstats(ctx);
+      BOOST_TEST(s.fired >= 1u);
+      BOOST_TEST(s.pending + s.fired == 1 + delays.size());
+
+      // run() again, without restart(), as Asio's documentation shows.
+      {
+        watchdog dog(ctx, 10s);
+        ctx.run();
+        BOOST_TEST(!dog.finish());
+      }
+      BOOST_TEST(throws == 1);
+      for (std::size_t i = 0; i < delays.size(); ++i) {
+        BOOST_TEST(calls[i] == 1, "later timer " << i);
+        BOOST_TEST(codes[i] == success, "later timer " << i);
+        BOOST_TEST((ran[i] >= t0 + delays[i]), "later timer " << i << " fired early");
+      }
+      s = wstats(ctx);
+      BOOST_TEST(s.pending == 0u);
+      BOOST_TEST(s.fired == 1 + delays.size());
+
+      // The wheel keeps working for new waits, including on the thrower's timer.
+      error_code again = never;
+      thrower.expires_after(5ms);
+      thrower.async_wait([&](error_code ec) { again = ec; });
+      auto r = run_ctx(ctx);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(again == success);
+    }
+  }
+}
+
+// Two threads run the context, each in Asio's catch-and-rejoin loop; throwing handlers in
+// several batches must not lose or repeat any other wait.
+BOOST_AUTO_TEST_CASE(handler_exceptions_with_two_threads_lose_nothing) {
+  constexpr int n = 200;
+  asio::io_context ctx(2);
+  const auto t0 = clock_type::now();
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  std::vector<std::atomic<int>> calls(n);
+  std::atomic<int> failures{0};
+  for (int i = 0; i < n; ++i) {
+    const auto deadline = t0 + std::chrono::milliseconds(5 + (i % 20) * 3);
+    timers.push_back(std::make_unique<twheel::steady_timer>(ctx, deadline));
+    timers.back()->async_wait([&, i, deadline](error_code ec) {
+      calls[static_cast<std::size_t>(i)].fetch_add(1);
+      if (ec != success || clock_type::now() < deadline) failures.fetch_add(1);
+      if (i % 10 == 0) throw std::runtime_error("from handler");
+    });
+  }
+  std::atomic<int> caught{0};
+  auto runner = [&] {
+    for (;;) {
+      try {
+        ctx.run();
+        break;
+      } catch (const std::runtime_error&) {
+        caught.fetch_add(1);
+      }
+    }
+  };
+  {
+    watchdog dog(ctx, 10s);
+    std::thread other(runner);
+    runner();
+    other.join();
+    BOOST_TEST(!dog.finish());
+  }
+  BOOST_TEST(caught.load() == n / 10);
+  int not_once = 0;
+  for (auto& c : calls) not_once += c.load() != 1;
+  BOOST_TEST(not_once == 0);
+  BOOST_TEST(failures.load() == 0);
+  const auto s = wstats(ctx);
+  BOOST_TEST(s.fired == static_cast<std::uint64_t>(n));
+  BOOST_TEST(s.pending == 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// 15. io_context::stop() and restart() with waits pending
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(stop_and_restart_with_waits_pending) {
+  asio::io_context ctx;
+  const auto t0 = clock_type::now();
+  twheel::steady_timer a(ctx, t0 + 20ms), b(ctx, t0 + 40ms), far(ctx, t0 + 1h),
+      doomed(ctx, t0 + 1h);
+  wait_log log;
+  std::atomic<int> finished{0};  // completions, readable from another thread
+  auto handler = [&](int id) {
+    return [&, id](error_code ec) {
+      log.handler(id)(ec);
+      ++finished;
+    };
+  };
+  a.async_wait(handler(1));
+  b.async_wait(handler(2));
+  far.async_wait(handler(3));
+  doomed.async_wait(handler(4));
+
+  // (a) stop() from a handler before anything is due: run() returns, nothing completes.
+  asio::post(ctx, [&] { ctx.stop(); });
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ctx.stopped());
+  BOOST_TEST(log.total() == 0u);
+  auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 4u);
+  BOOST_TEST(s.timers == 4u);
+
+  // While stopped, a and b fall due and one wait is cancelled: nothing runs, nothing is
+  // lost, the counters say so.
+  std::this_thread::sleep_until(t0 + 60ms);
+  BOOST_TEST(doomed.cancel() == 1u);
+  BOOST_TEST(log.total() == 0u);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 3u);
+  BOOST_TEST(s.cancelled == 1u);
+  BOOST_TEST(s.fired == 0u);
+
+  // restart() + run(): the due waits complete (late, never early), the far one keeps
+  // run() busy until it is stopped again, this time from another thread.
+  std::thread stopper([&] {
+    const auto give_up = clock_type::now() + 5s;
+    while (finished.load() < 3 && clock_type::now() < give_up) std::this_thread::sleep_for(1ms);
+    std::this_thread::sleep_for(20ms);  // run() is now blocked on the far wait
+    ctx.stop();
+  });
+  r = run_ctx(ctx);
+  stopper.join();
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(1) == success);
+  BOOST_TEST(log.ec(2) == success);
+  BOOST_TEST(log.ec(4) == aborted);
+  BOOST_TEST(log.count(3) == 0u);
+  for (int id : {1, 2, 4}) BOOST_TEST(log.count(id) == 1u, "wait " << id);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 1u);
+  BOOST_TEST(s.fired == 2u);
+  BOOST_TEST(s.cancelled == 1u);
+
+  // (b) stop() from inside a batch of inline handlers due in the same tick: run() returns
+  // early, and after restart() every wait of the batch completes exactly once.
+  const auto due = clock_type::now() + 10ms;
+  std::vector<std::unique_ptr<twheel::steady_timer>> batch;
+  std::vector<int> calls(5, 0);
+  std::size_t before_return = 0;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    batch.push_back(std::make_unique<twheel::steady_timer>(ctx, due));
+    batch.back()->async_wait([&, i](error_code ec) {
+      BOOST_TEST(ec == success);
+      ++calls[i];
+      if (i == 1) ctx.stop();
+    });
+  }
+  BOOST_TEST(wstats(ctx).pending == 1u + calls.size());
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  for (int c : calls) before_return += static_cast<std::size_t>(c);
+  BOOST_TEST_MESSAGE("stop() inside a batch: " << before_return << " of " << calls.size()
+                                               << " handlers ran before run() returned");
+  BOOST_TEST(before_return >= 2u);
+  BOOST_TEST(log.count(3) == 0u);
+  // Wait for the far timer too (re-armed near), so that run() returns on its own.
+  BOOST_TEST(far.expires_at(clock_type::now() + 20ms) == 1u);
+  far.async_wait(log.handler(5));
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls == (std::vector<int>(calls.size(), 1)), boost::test_tools::per_element());
+  BOOST_TEST(log.ec(3) == aborted);
+  BOOST_TEST(log.ec(5) == success);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.timers == 0u);
+  BOOST_TEST(s.fired == 2u + calls.size() + 1u);
+  BOOST_TEST(s.cancelled == 2u);
+}
+
+// ---------------------------------------------------------------------------------------
+// 16. Destroying the context while socket operations and timer waits are both pending
+// ---------------------------------------------------------------------------------------
+
+// Handlers are destroyed, never invoked, whichever service shuts down first (sockets made
+// before or after the first timer), including a read handler that owns a timer with a
+// pending wait and a wait handler that owns a socket with a pending read.
+BOOST_AUTO_TEST_CASE(context_destroyed_with_socket_reads_and_waits_pending) {
+  using asio::ip::tcp;
+  for (bool sockets_first : {true, false}) {
+    BOOST_TEST_CONTEXT((sockets_first ? "sockets created first" : "timers created first")) {
+      int invoked = 0;
+      int destroyed = 0;
+      int expected = 0;
+      std::weak_ptr<tcp::socket> socket_in_wait;
+      std::weak_ptr<twheel::steady_timer> timer_in_read;
+      {
+        std::optional<asio::io_context> ctx(std::in_place);
+        auto count_destroy = [&] { return hook([&] { ++destroyed; }); };
+        std::optional<tcp::acceptor> acceptor;
+        std::vector<std::shared_ptr<tcp::socket>> peers;  // the silent ends
+        // A connected pair over loopback; returns the end to read from.
+        auto connect = [&] {
+          auto client = std::make_shared<tcp::socket>(*ctx);
+          client->connect(acceptor->local_endpoint());
+          auto server = std::make_shared<tcp::socket>(*ctx);
+          acceptor->accept(*server);
+          peers.push_back(client);
+          return server;
+        };
+        std::unique_ptr<twheel::steady_timer> first;
+        if (!sockets_first) first = std::make_unique<twheel::steady_timer>(*ctx, 1h);
+        acceptor.emplace(*ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+        if (sockets_first) first = std::make_unique<twheel::steady_timer>(*ctx, 1h);
+
+        // Independent: a pending read and a pending wait.
+        auto buf = std::make_shared<std::array<char, 16>>();
+        auto s1 = connect();
+        s1->async_read_some(asio::buffer(*buf),
+                            [s1, buf, h = count_destroy(), &invoked](error_code, std::size_t) {
+                              ++invoked;
+                            });
+        ++expected;
+        first->async_wait([h = count_destroy(), &invoked](error_code) { ++invoked; });
+        ++expected;
+
+        // A read handler owning a timer whose wait is pending.
+        {
+          auto t = std::make_shared<twheel::steady_timer>(*ctx, 1h);
+          timer_in_read = t;
+          t->async_wait([h = count_destroy(), &invoked](error_code) { ++invoked; });
+          ++expected;
+          auto s2 = connect();
+          s2->async_read_some(
+              asio::buffer(*buf),
+              [s2, t, buf, h = count_destroy(), &invoked](error_code, std::size_t) {
+                ++invoked;
+              });
+          ++expected;
+        }
+        // A wait handler owning a socket whose read is pending.
+        {
+          auto s3 = connect();
+          socket_in_wait = s3;
+          s3->async_read_some(asio::buffer(*buf),
+                              [buf, h = count_destroy(), &invoked](error_code, std::size_t) {
+                                ++invoked;
+                              });
+          ++expected;
+          auto t = std::make_shared<twheel::steady_timer>(*ctx, 1h);
+          t->async_wait([t, s3, h = count_destroy(), &invoked](error_code) { ++invoked; });
+          ++expected;
+        }
+
+        // Let the reactor and the wheel's driver start: both services are in use.
+        ctx->run_for(20ms);
+        BOOST_TEST(invoked == 0);
+        BOOST_TEST(destroyed == 0);
+        BOOST_TEST(wstats(*ctx).pending == 3u);
+
+        // An aborted wait whose completion is queued and never run.
+        {
+          twheel::steady_timer t(*ctx, 1h);
+          t.async_wait([h = count_destroy(), &invoked](error_code) { ++invoked; });
+          ++expected;
+        }
+        within(10s, "io_context destruction", [&] {
+          first.reset();  // an I/O object must not outlive its context
+          acceptor.reset();
+          peers.clear();
+          s1.reset();
+          ctx.reset();
+        });
+      }
+      BOOST_TEST(invoked == 0);
+      BOOST_TEST(destroyed == expected);
+      BOOST_TEST(socket_in_wait.expired(), "socket owned by a wait handler leaked");
+      BOOST_TEST(timer_in_read.expired(), "timer owned by a read handler leaked");
+    }
+  }
 }
