@@ -72,21 +72,6 @@ const error_code aborted = asio::error::operation_aborted;
 constexpr auto slack = 200ms;  // upper bounds only
 constexpr auto absurd = 1s;    // "not absurdly late"
 
-// A context on which Asio's steady_timer service exists before twheel's wheel_service.
-// Works around a twheel bug shown by context_destruction/* (last test of this file): when
-// the wheel_service is created first, destroying the context destroys Asio's timer
-// service first and then the wheel's internal driver timer, which reads the freed
-// service (heap-use-after-free under ASan). Every other test uses this context so that
-// the sanitizer runs can check the rest.
-class test_context : public asio::io_context {
- public:
-  test_context() { prime(); }
-  explicit test_context(int concurrency_hint) : asio::io_context(concurrency_hint) { prime(); }
-
- private:
-  void prime() { asio::steady_timer timer(*this); }
-};
-
 template <class D>
 long long ms(D d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -305,13 +290,6 @@ using callback = std::function<void(error_code, std::size_t)>;
 
 }  // namespace
 
-// The bugs shown by wheel_selection/* file some timeouts in the wheel of Asio's
-// system_context, which is destroyed at exit: prime it as test_context does.
-struct prime_system_context {
-  prime_system_context() { asio::steady_timer timer{asio::any_io_executor(asio::system_executor())}; }
-};
-BOOST_TEST_GLOBAL_FIXTURE(prime_system_context);
-
 // ---------------------------------------------------------------------------------------
 // Compile-time: the adapter is a completion token for every token kind it wraps.
 // ---------------------------------------------------------------------------------------
@@ -372,7 +350,7 @@ static_assert(std::is_void_v<decltype(std::declval<tcp::socket&>().async_read_so
 BOOST_AUTO_TEST_SUITE(socket_reads)
 
 BOOST_AUTO_TEST_CASE(read_from_silent_peer_times_out) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 16> buf{};
@@ -401,7 +379,7 @@ BOOST_AUTO_TEST_CASE(read_from_silent_peer_times_out) {
 }
 
 BOOST_AUTO_TEST_CASE(read_completing_first_leaves_nothing_pending) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   write_byte(p.client, 'a');
@@ -433,7 +411,7 @@ BOOST_AUTO_TEST_CASE(read_completing_first_leaves_nothing_pending) {
 
 // The peer writes while the read is pending (not before it starts).
 BOOST_AUTO_TEST_CASE(read_completing_later_but_before_the_timeout) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 16> buf{};
@@ -457,7 +435,7 @@ BOOST_AUTO_TEST_CASE(thousand_concurrent_reads_with_mixed_timeouts) {
   const std::size_t n = connections_allowed(1000);
   BOOST_TEST_MESSAGE("connections: " << n);
   BOOST_TEST_REQUIRE(n >= 100u);
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   std::vector<socket_pair> pairs;
   pairs.reserve(n);
@@ -531,7 +509,7 @@ BOOST_AUTO_TEST_SUITE(callers_cancellation)
 
 // The caller's own slot, bound outside the adapter, still cancels the operation.
 BOOST_AUTO_TEST_CASE(slot_bound_outside_still_cancels) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 16> buf{};
@@ -560,7 +538,7 @@ BOOST_AUTO_TEST_CASE(slot_bound_outside_still_cancels) {
 // With the caller's slot bound outside the adapter, the timeout itself must still abort
 // the operation (here nobody else cancels it).
 BOOST_AUTO_TEST_CASE(timeout_still_fires_with_slot_bound_outside) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 16> buf{};
@@ -580,7 +558,7 @@ BOOST_AUTO_TEST_CASE(timeout_still_fires_with_slot_bound_outside) {
 
 // The same with the slot bound inside (on the caller's handler).
 BOOST_AUTO_TEST_CASE(slot_bound_inside_still_cancels) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 16> buf{};
@@ -607,7 +585,7 @@ BOOST_AUTO_TEST_CASE(slot_bound_inside_still_cancels) {
 // After a read that completed normally, the caller's slot is free again: a second
 // operation can use it, and an emit reaches only that one.
 BOOST_AUTO_TEST_CASE(slot_released_after_completion_and_reusable) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 16> buf{};
@@ -685,7 +663,7 @@ BOOST_AUTO_TEST_CASE(emitted_type_is_the_one_selected) {
   };
   for (const auto& v : variants) {
     BOOST_TEST_CONTEXT(v.name) {
-      test_context ctx;
+      asio::io_context ctx;
       cancel_log log;
       int calls = 0;
       error_code got;
@@ -711,7 +689,7 @@ BOOST_AUTO_TEST_CASE(emitted_type_is_the_one_selected) {
 
 // The caller's own emit is forwarded with its type.
 BOOST_AUTO_TEST_CASE(callers_type_is_forwarded) {
-  test_context ctx;
+  asio::io_context ctx;
   cancel_log log;
   asio::cancellation_signal signal;
   int calls = 0;
@@ -733,7 +711,7 @@ BOOST_AUTO_TEST_CASE(callers_type_is_forwarded) {
 
 // Partial cancellation at the deadline aborts operations that support it.
 BOOST_AUTO_TEST_CASE(partial_aborts_timer_waits_and_socket_reads) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 8> buf{};
@@ -768,7 +746,7 @@ BOOST_AUTO_TEST_CASE(partial_aborts_timer_waits_and_socket_reads) {
 
 // async_read (a composed operation) with partial cancellation.
 BOOST_AUTO_TEST_CASE(partial_aborts_a_composed_read) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 4> buf{};
@@ -829,7 +807,7 @@ asio::awaitable<void> read_tuple_outer(tcp::socket& s, error_code& got, wall::du
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(use_awaitable_times_out_with_system_error) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   error_code got;
@@ -849,7 +827,7 @@ BOOST_AUTO_TEST_CASE(use_awaitable_times_out_with_system_error) {
 }
 
 BOOST_AUTO_TEST_CASE(use_awaitable_completes_first) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   write_byte(p.client);
@@ -866,7 +844,7 @@ BOOST_AUTO_TEST_CASE(use_awaitable_completes_first) {
 // Cancelling the coroutine (the caller's slot is the coroutine's) still works through
 // the adapter.
 BOOST_AUTO_TEST_CASE(use_awaitable_coroutine_cancellation_passes_through) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   asio::cancellation_signal signal;
@@ -896,7 +874,7 @@ BOOST_AUTO_TEST_CASE(use_awaitable_coroutine_cancellation_passes_through) {
 }
 
 BOOST_AUTO_TEST_CASE(as_tuple_inside_cancel_after) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   error_code got;
@@ -909,7 +887,7 @@ BOOST_AUTO_TEST_CASE(as_tuple_inside_cancel_after) {
 }
 
 BOOST_AUTO_TEST_CASE(cancel_after_inside_as_tuple) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   error_code got;
@@ -922,7 +900,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_inside_as_tuple) {
 }
 
 BOOST_AUTO_TEST_CASE(deferred_launched_at_once) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 8> buf{};
@@ -941,7 +919,7 @@ BOOST_AUTO_TEST_CASE(deferred_launched_at_once) {
 // (as with Asio's own cancel_after, which starts its timer in the initiation), not from
 // the moment the token was made.
 BOOST_AUTO_TEST_CASE(deferred_timeout_counts_from_launch) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 8> buf{};
@@ -962,7 +940,7 @@ namespace {
 // Instantiated only if cancel_after(d, use_future) is a valid token.
 template <class FutureToken>
 void use_future_case(FutureToken token) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   auto q = lb.connect();
@@ -1004,7 +982,7 @@ BOOST_AUTO_TEST_CASE(use_future_with_context_on_a_thread) {
 }
 
 BOOST_AUTO_TEST_CASE(detached_times_out) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 8> buf{};
@@ -1023,7 +1001,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(overloads)
 
 BOOST_AUTO_TEST_CASE(cancel_at_absolute_deadline) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 8> buf{};
@@ -1038,7 +1016,7 @@ BOOST_AUTO_TEST_CASE(cancel_at_absolute_deadline) {
 }
 
 BOOST_AUTO_TEST_CASE(cancel_at_past_deadline_aborts_promptly) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 8> buf{};
@@ -1054,7 +1032,7 @@ BOOST_AUTO_TEST_CASE(cancel_at_past_deadline_aborts_promptly) {
 // Far deadlines saturate instead of overflowing; the read that completes first leaves the
 // wheel and run() returns.
 BOOST_AUTO_TEST_CASE(far_deadlines_do_not_overflow) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   write_byte(p.client);
@@ -1073,7 +1051,7 @@ BOOST_AUTO_TEST_CASE(far_deadlines_do_not_overflow) {
 }
 
 BOOST_AUTO_TEST_CASE(explicit_executor_overload) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 8> buf{};
@@ -1100,7 +1078,7 @@ BOOST_AUTO_TEST_CASE(explicit_executor_overload) {
 }
 
 BOOST_AUTO_TEST_CASE(explicit_context_overload) {
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 8> buf{};
@@ -1118,8 +1096,8 @@ BOOST_AUTO_TEST_CASE(explicit_context_overload) {
 // The wheel of another context, run on its own thread: the timeout is filed there and the
 // cancellation still reaches the read, on the read handler's executor.
 BOOST_AUTO_TEST_CASE(explicit_context_on_another_thread) {
-  test_context ctx;
-  test_context timer_ctx;
+  asio::io_context ctx;
+  asio::io_context timer_ctx;
   auto timer_work = asio::make_work_guard(timer_ctx);
   std::thread timer_thread([&] { timer_ctx.run(); });
   loopback lb(ctx);
@@ -1154,7 +1132,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(other_operations)
 
 BOOST_AUTO_TEST_CASE(async_accept_without_client_times_out) {
-  test_context ctx;
+  asio::io_context ctx;
   tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
   int calls = 0;
   error_code got;
@@ -1186,7 +1164,7 @@ BOOST_AUTO_TEST_CASE(async_accept_without_client_times_out) {
 }
 
 BOOST_AUTO_TEST_CASE(asio_steady_timer_wait_times_out) {
-  test_context ctx;
+  asio::io_context ctx;
   asio::steady_timer timer(ctx, 10s);
   int calls = 0;
   error_code got;
@@ -1205,7 +1183,7 @@ BOOST_AUTO_TEST_CASE(asio_steady_timer_wait_times_out) {
 }
 
 BOOST_AUTO_TEST_CASE(twheel_steady_timer_wait_times_out) {
-  test_context ctx;
+  asio::io_context ctx;
   twheel::steady_timer timer(ctx, 10s);
   int calls = 0;
   error_code got;
@@ -1227,7 +1205,7 @@ BOOST_AUTO_TEST_CASE(twheel_steady_timer_wait_times_out) {
 
 // A timer that expires before the timeout completes with success, and its timeout leaves.
 BOOST_AUTO_TEST_CASE(timer_expiring_first_completes_with_success) {
-  test_context ctx;
+  asio::io_context ctx;
   twheel::steady_timer timer(ctx, 10ms);
   error_code got = aborted;
   timer.async_wait(twheel::cancel_after(10s, [&](error_code ec) { got = ec; }));
@@ -1291,7 +1269,7 @@ BOOST_AUTO_TEST_CASE(timeout_is_filed_in_the_io_executors_wheel_under_outer_adap
   };
   for (const auto& v : variants) {
     BOOST_TEST_CONTEXT(v.name) {
-      test_context ctx;
+      asio::io_context ctx;
       loopback lb(ctx);
       auto p = lb.connect();
       std::array<char, 8> buf{};
@@ -1320,7 +1298,7 @@ BOOST_AUTO_TEST_SUITE(memory)
 BOOST_AUTO_TEST_CASE(no_leak_over_many_reads) {
   arena mem;
   counting_allocator<void> alloc(&mem);
-  test_context ctx;
+  asio::io_context ctx;
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 4> buf{};
@@ -1384,7 +1362,7 @@ BOOST_AUTO_TEST_CASE(pending_operations_freed_at_context_destruction) {
   int calls = 0;
   {
     counting_allocator<void> alloc(&mem);
-    test_context ctx;
+    asio::io_context ctx;
     loopback lb(ctx);
     std::vector<socket_pair> pairs;
     std::vector<std::array<char, 4>> bufs(20);
@@ -1409,10 +1387,10 @@ BOOST_AUTO_TEST_CASE(cancellation_in_flight_at_shutdown_is_freed) {
   arena mem;
   int calls = 0;
   {
-    test_context handler_ctx;  // destroyed last; never runs
+    asio::io_context handler_ctx;  // destroyed last; never runs
     {
       counting_allocator<void> alloc(&mem);
-      test_context io_ctx;
+      asio::io_context io_ctx;
       loopback lb(io_ctx);
       auto p = lb.connect();
       std::array<char, 4> buf{};
@@ -1436,7 +1414,7 @@ BOOST_AUTO_TEST_SUITE(threads)
 // completing and timing out concurrently. Run under TSan too.
 BOOST_AUTO_TEST_CASE(multithreaded_context_with_strands) {
   constexpr std::size_t n = 200;
-  test_context ctx(2);
+  asio::io_context ctx(2);
   loopback lb(ctx);
   std::vector<socket_pair> pairs;
   for (std::size_t i = 0; i < n; ++i) pairs.push_back(lb.connect());
@@ -1482,7 +1460,7 @@ BOOST_AUTO_TEST_CASE(multithreaded_context_with_strands) {
 BOOST_AUTO_TEST_CASE(completion_racing_the_initiation) {
   arena mem;
   counting_allocator<void> alloc(&mem);
-  test_context ctx(2);
+  asio::io_context ctx(2);
   loopback lb(ctx);
   auto p = lb.connect();
   std::array<char, 1> buf{};
@@ -1526,7 +1504,7 @@ BOOST_AUTO_TEST_SUITE(context_destruction)
 BOOST_AUTO_TEST_CASE(wheel_created_before_asios_timer_service) {
   int calls = 0;
   {
-    asio::io_context ctx;  // deliberately not test_context
+    asio::io_context ctx;  // deliberately not asio::io_context
     loopback lb(ctx);
     auto p = lb.connect();
     std::array<char, 4> buf{};

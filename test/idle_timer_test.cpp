@@ -48,21 +48,6 @@ const error_code aborted = asio::error::operation_aborted;
 
 constexpr auto slack = 200ms;  // upper bounds only
 
-// A context on which Asio's steady_timer service exists before twheel's wheel_service.
-// Works around a twheel bug shown by context_destruction/* (last test of this file): when
-// the wheel_service is created first, destroying the context destroys Asio's timer
-// service first and then the wheel's internal driver timer, which reads the freed
-// service (heap-use-after-free under ASan). Every other test uses this context so that
-// the sanitizer runs can check the rest.
-class test_context : public asio::io_context {
- public:
-  test_context() { prime(); }
-  explicit test_context(int concurrency_hint) : asio::io_context(concurrency_hint) { prime(); }
-
- private:
-  void prime() { asio::steady_timer timer(*this); }
-};
-
 template <class D>
 long long ms(D d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -147,7 +132,7 @@ struct toucher {
 BOOST_AUTO_TEST_SUITE(construction)
 
 BOOST_AUTO_TEST_CASE(invalid_period_throws_invalid_argument) {
-  test_context ctx;
+  asio::io_context ctx;
   BOOST_CHECK_THROW(idle_timer(ctx, 0ns), std::invalid_argument);
   BOOST_CHECK_THROW(idle_timer(ctx, -1ms), std::invalid_argument);
   BOOST_CHECK_THROW(idle_timer(ctx, wall::duration::min()), std::invalid_argument);
@@ -167,7 +152,7 @@ BOOST_AUTO_TEST_SUITE(idleness)
 // Touched every 10 ms for 200 ms with a 50 ms period: no completion while touched; then
 // it completes between period and 2 x period after the last touch.
 BOOST_AUTO_TEST_CASE(touches_keep_it_from_firing) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 50ms);
   outcome out;
   const auto t0 = wall::now();
@@ -189,7 +174,7 @@ BOOST_AUTO_TEST_CASE(touches_keep_it_from_firing) {
 }
 
 BOOST_AUTO_TEST_CASE(silence_fires_it_after_one_period) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 50ms);
   outcome out;
   const auto t0 = wall::now();
@@ -204,7 +189,7 @@ BOOST_AUTO_TEST_CASE(silence_fires_it_after_one_period) {
 
 // One touch in the middle of the first period: completion >= that touch + period.
 BOOST_AUTO_TEST_CASE(one_touch_pushes_completion_past_touch_plus_period) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 40ms);
   outcome out;
   const auto t0 = wall::now();
@@ -225,7 +210,7 @@ BOOST_AUTO_TEST_CASE(one_touch_pushes_completion_past_touch_plus_period) {
 
 // Touches before async_wait() do not count: the idle period is measured from the call.
 BOOST_AUTO_TEST_CASE(period_measured_from_the_wait_when_not_touched) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 30ms);
   idle.touch();
   outcome out;
@@ -239,7 +224,7 @@ BOOST_AUTO_TEST_CASE(period_measured_from_the_wait_when_not_touched) {
 
 // Repeated waits on the same idle timer: each is measured from its own start.
 BOOST_AUTO_TEST_CASE(waits_in_sequence) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 15ms);
   std::vector<wall::duration> lengths;
   std::function<void()> wait = [&] {
@@ -266,7 +251,7 @@ BOOST_AUTO_TEST_CASE(never_early_across_many_timers) {
   constexpr std::size_t n = 1000;
   constexpr int steps = 30;          // touch steps, every 5 ms: 150 ms of activity
   constexpr auto step = 5ms;
-  test_context ctx;
+  asio::io_context ctx;
   std::mt19937 rng(20240611);
   std::uniform_int_distribution<int> period_ms(10, 60);
   std::uniform_int_distribution<int> last_step(-1, steps - 1);  // -1: never touched
@@ -341,7 +326,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(cancellation)
 
 BOOST_AUTO_TEST_CASE(cancel_aborts_the_wait) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 10s);
   outcome out;
   idle.async_wait(out.handler());
@@ -357,7 +342,7 @@ BOOST_AUTO_TEST_CASE(cancel_aborts_the_wait) {
 
 // cancel() from a handler, while the wait is in its second (re-armed) period.
 BOOST_AUTO_TEST_CASE(cancel_after_a_rearm_aborts_the_wait) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 30ms);
   outcome out;
   const auto t0 = wall::now();
@@ -384,7 +369,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_a_rearm_aborts_the_wait) {
 // touches and cancels), and the idle check that re-arms has not run yet. cancel() must
 // still abort the wait, not leave it waiting another period.
 BOOST_AUTO_TEST_CASE(cancel_in_the_pass_that_checks_for_activity_aborts_the_wait) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 50ms);
   twheel::steady_timer first(ctx);  // same wheel, due before the idle check
   outcome out;
@@ -414,7 +399,7 @@ BOOST_AUTO_TEST_CASE(cancel_in_the_pass_that_checks_for_activity_aborts_the_wait
 // The same window for per-operation cancellation: a terminal emit into the wait's slot
 // while it is between two periods must not be lost.
 BOOST_AUTO_TEST_CASE(emit_in_the_pass_that_checks_for_activity_aborts_the_wait) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 50ms);
   twheel::steady_timer first(ctx);
   asio::cancellation_signal signal;
@@ -439,7 +424,7 @@ BOOST_AUTO_TEST_CASE(emit_in_the_pass_that_checks_for_activity_aborts_the_wait) 
 // Destruction aborts the wait; the handler runs later from run(), not inside the
 // destructor.
 BOOST_AUTO_TEST_CASE(destruction_aborts_the_wait_later_from_run) {
-  test_context ctx;
+  asio::io_context ctx;
   auto idle = std::make_unique<idle_timer>(ctx, 10s);
   outcome out;
   idle->async_wait(out.handler());
@@ -454,7 +439,7 @@ BOOST_AUTO_TEST_CASE(destruction_aborts_the_wait_later_from_run) {
 
 // Destruction while the wait is being re-armed by touches, from a handler.
 BOOST_AUTO_TEST_CASE(destruction_of_a_touched_timer_from_a_handler) {
-  test_context ctx;
+  asio::io_context ctx;
   auto idle = std::make_unique<idle_timer>(ctx, 20ms);
   outcome out;
   idle->async_wait(out.handler());
@@ -483,7 +468,7 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation) {
   for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial,
                     asio::cancellation_type::total}) {
     BOOST_TEST_CONTEXT("cancellation type " << static_cast<int>(type)) {
-      test_context ctx;
+      asio::io_context ctx;
       idle_timer idle(ctx, 30ms);
       asio::cancellation_signal signal;
       outcome out;
@@ -517,7 +502,7 @@ BOOST_AUTO_TEST_SUITE(threads_and_moves)
 // touch() from another thread while the context runs the wait (run under TSan too).
 // The touching thread records the time before each touch(): completion >= that + period.
 BOOST_AUTO_TEST_CASE(touch_from_another_thread) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 30ms);
   outcome out;
   std::atomic<bool> go{false};
@@ -549,7 +534,7 @@ BOOST_AUTO_TEST_CASE(touch_from_another_thread) {
 
 // Several threads touching, the context run by two threads.
 BOOST_AUTO_TEST_CASE(touch_from_many_threads_with_a_multithreaded_context) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer idle(ctx, 20ms);
   std::atomic<int> calls{0};
   std::atomic<bool> ok{false};
@@ -580,7 +565,7 @@ BOOST_AUTO_TEST_CASE(touch_from_many_threads_with_a_multithreaded_context) {
 // Moving the timer keeps its pending wait: touches through the new object still count,
 // and cancel() through it aborts.
 BOOST_AUTO_TEST_CASE(move_construction_keeps_the_pending_wait) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer a(ctx, 40ms);
   outcome out;
   const auto t0 = wall::now();
@@ -608,7 +593,7 @@ BOOST_AUTO_TEST_CASE(move_construction_keeps_the_pending_wait) {
 // Destroying the moved-from object does not disturb the wait; destroying the new owner
 // aborts it.
 BOOST_AUTO_TEST_CASE(moved_from_destruction_is_harmless) {
-  test_context ctx;
+  asio::io_context ctx;
   outcome out;
   std::unique_ptr<idle_timer> b;
   {
@@ -633,7 +618,7 @@ BOOST_AUTO_TEST_CASE(moved_from_destruction_is_harmless) {
 // Move assignment over a timer with a pending wait aborts that wait and takes over the
 // other's.
 BOOST_AUTO_TEST_CASE(move_assignment_aborts_the_overwritten_wait) {
-  test_context ctx;
+  asio::io_context ctx;
   idle_timer a(ctx, 10s);
   idle_timer b(ctx, 20ms);
   outcome of_a, of_b;
@@ -664,7 +649,7 @@ BOOST_AUTO_TEST_SUITE(context_destruction)
 BOOST_AUTO_TEST_CASE(wheel_created_before_asios_timer_service) {
   int calls = 0;
   {
-    asio::io_context ctx;  // deliberately not test_context
+    asio::io_context ctx;  // deliberately not asio::io_context
     idle_timer idle(ctx, 5ms);
     idle.async_wait([&](error_code ec) {
       ++calls;

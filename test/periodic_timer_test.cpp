@@ -43,21 +43,6 @@ const error_code aborted = asio::error::operation_aborted;
 // Generous: a tick may be late by scheduling delay on a loaded 2-core machine (or TSan).
 constexpr auto slack = 200ms;
 
-// A context on which Asio's steady_timer service exists before twheel's wheel_service.
-// Works around a twheel bug shown by context_destruction/* (last test of this file): when
-// the wheel_service is created first, destroying the context destroys Asio's timer
-// service first and then the wheel's internal driver timer, which reads the freed
-// service (heap-use-after-free under ASan). Every other test uses this context so that
-// the sanitizer runs can check the rest.
-class test_context : public asio::io_context {
- public:
-  test_context() { prime(); }
-  explicit test_context(int concurrency_hint) : asio::io_context(concurrency_hint) { prime(); }
-
- private:
-  void prime() { asio::steady_timer timer(*this); }
-};
-
 template <class D>
 long long ms(D d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -146,7 +131,7 @@ std::vector<tick_record> run_ticks(asio::io_context& ctx, periodic_timer& timer,
 BOOST_AUTO_TEST_SUITE(construction)
 
 BOOST_AUTO_TEST_CASE(invalid_period_throws_invalid_argument) {
-  test_context ctx;
+  asio::io_context ctx;
   BOOST_CHECK_THROW(periodic_timer(ctx, 0ns), std::invalid_argument);
   BOOST_CHECK_THROW(periodic_timer(ctx, -1ms), std::invalid_argument);
   BOOST_CHECK_THROW(periodic_timer(ctx, wall::duration::min()), std::invalid_argument);
@@ -157,7 +142,7 @@ BOOST_AUTO_TEST_CASE(invalid_period_throws_invalid_argument) {
 }
 
 BOOST_AUTO_TEST_CASE(accessors_report_construction_arguments) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer a(ctx, 10ms);
   BOOST_TEST(ms(a.period()) == 10);
   BOOST_TEST((a.mode() == tick_mode::fixed_rate));
@@ -179,7 +164,7 @@ BOOST_AUTO_TEST_SUITE(fixed_rate)
 // 20 ticks of 10 ms: tick k is due at start + k * period (start = the first
 // async_wait()), never completes before that, and the grid does not drift.
 BOOST_AUTO_TEST_CASE(ticks_on_the_grid_never_early) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, 10ms);
   const auto before = wall::now();
   const auto recs = run_ticks(ctx, timer, 20);
@@ -212,7 +197,7 @@ BOOST_AUTO_TEST_CASE(lateness_below_one_period_keeps_the_grid) {
   for (auto policy :
        {missed_tick_policy::burst, missed_tick_policy::delay, missed_tick_policy::skip}) {
     BOOST_TEST_CONTEXT("policy " << static_cast<int>(policy)) {
-      test_context ctx;
+      asio::io_context ctx;
       periodic_timer timer(ctx, 30ms, tick_mode::fixed_rate, policy);
       const auto recs = run_ticks(ctx, timer, 5, [](std::size_t k) {
         if (k == 2) std::this_thread::sleep_for(10ms);  // a third of a period
@@ -236,7 +221,7 @@ BOOST_AUTO_TEST_SUITE(fixed_delay)
 // Each tick is one period after the wait for it started (the handler's own work, here a
 // 4 ms sleep, pushes the next tick back), never earlier.
 BOOST_AUTO_TEST_CASE(each_tick_one_period_after_its_wait_started) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, 10ms, tick_mode::fixed_delay);
   const auto recs = run_ticks(ctx, timer, 12, [](std::size_t) {
     std::this_thread::sleep_for(4ms);
@@ -261,7 +246,7 @@ BOOST_AUTO_TEST_CASE(each_tick_one_period_after_its_wait_started) {
 // ticks() counts the successful ticks whatever the mode ("Ticks completed with success
 // so far").
 BOOST_AUTO_TEST_CASE(ticks_counts_successful_ticks) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, 5ms, tick_mode::fixed_delay);
   const auto recs = run_ticks(ctx, timer, 6);
   BOOST_TEST_REQUIRE(recs.size() == 6u);
@@ -287,7 +272,7 @@ constexpr auto block = 175ms;  // 3.5 periods
 constexpr std::size_t blocking_tick = 3;
 
 BOOST_AUTO_TEST_CASE(burst_catches_up_back_to_back_and_keeps_the_grid) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, period, tick_mode::fixed_rate, missed_tick_policy::burst);
   const auto recs = run_ticks(ctx, timer, 10, [](std::size_t k) {
     if (k == blocking_tick) std::this_thread::sleep_for(block);
@@ -320,7 +305,7 @@ BOOST_AUTO_TEST_CASE(burst_catches_up_back_to_back_and_keeps_the_grid) {
 }
 
 BOOST_AUTO_TEST_CASE(delay_moves_the_grid_after_the_late_tick) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, period, tick_mode::fixed_rate, missed_tick_policy::delay);
   wall::time_point block_end{};
   const auto recs = run_ticks(ctx, timer, 8, [&](std::size_t k) {
@@ -362,7 +347,7 @@ BOOST_AUTO_TEST_CASE(delay_moves_the_grid_after_the_late_tick) {
 }
 
 BOOST_AUTO_TEST_CASE(skip_drops_missed_ticks_and_keeps_the_grid) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, period, tick_mode::fixed_rate, missed_tick_policy::skip);
   const auto recs = run_ticks(ctx, timer, 8, [](std::size_t k) {
     if (k == blocking_tick) std::this_thread::sleep_for(block);
@@ -398,7 +383,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(cancellation)
 
 BOOST_AUTO_TEST_CASE(cancel_aborts_the_pending_wait_and_keeps_the_grid) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, 50ms);
   error_code first_ec;
   int first_calls = 0;
@@ -433,7 +418,7 @@ BOOST_AUTO_TEST_CASE(cancel_aborts_the_pending_wait_and_keeps_the_grid) {
 }
 
 BOOST_AUTO_TEST_CASE(destruction_aborts_the_pending_wait_later_from_run) {
-  test_context ctx;
+  asio::io_context ctx;
   auto timer = std::make_unique<periodic_timer>(ctx, 10s);
   int calls = 0;
   error_code got;
@@ -451,7 +436,7 @@ BOOST_AUTO_TEST_CASE(destruction_aborts_the_pending_wait_later_from_run) {
 }
 
 BOOST_AUTO_TEST_CASE(destruction_from_a_handler_aborts_the_wait) {
-  test_context ctx;
+  asio::io_context ctx;
   auto timer = std::make_unique<periodic_timer>(ctx, 10s);
   error_code got;
   int calls = 0;
@@ -471,7 +456,7 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation) {
   for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial,
                     asio::cancellation_type::total}) {
     BOOST_TEST_CONTEXT("cancellation type " << static_cast<int>(type)) {
-      test_context ctx;
+      asio::io_context ctx;
       periodic_timer timer(ctx, 10s);
       asio::cancellation_signal signal;
       error_code got;
@@ -503,7 +488,7 @@ BOOST_AUTO_TEST_SUITE(reset_and_counters)
 
 // After reset() the grid starts again one period after the next async_wait().
 BOOST_AUTO_TEST_CASE(reset_restarts_the_grid) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, 20ms);
   wall::time_point reset_at{};
   wall::time_point old_next{};
@@ -536,7 +521,7 @@ BOOST_AUTO_TEST_CASE(reset_restarts_the_grid) {
 }
 
 BOOST_AUTO_TEST_CASE(ticks_counts_only_successful_ticks) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer timer(ctx, 5ms);
   const auto recs = run_ticks(ctx, timer, 4);
   BOOST_TEST(timer.ticks() == 4u);
@@ -548,7 +533,7 @@ BOOST_AUTO_TEST_CASE(ticks_counts_only_successful_ticks) {
 }
 
 BOOST_AUTO_TEST_CASE(move_construction_keeps_the_pending_wait) {
-  test_context ctx;
+  asio::io_context ctx;
   periodic_timer a(ctx, 20ms);
   error_code got = aborted;
   wall::time_point at{};
@@ -580,7 +565,7 @@ BOOST_AUTO_TEST_SUITE(context_destruction)
 BOOST_AUTO_TEST_CASE(wheel_created_before_asios_timer_service) {
   int calls = 0;
   {
-    asio::io_context ctx;  // deliberately not test_context
+    asio::io_context ctx;  // deliberately not asio::io_context
     periodic_timer timer(ctx, 5ms);
     timer.async_wait([&](error_code ec) {
       ++calls;
