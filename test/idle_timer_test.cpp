@@ -19,6 +19,7 @@
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -661,3 +662,30 @@ BOOST_AUTO_TEST_CASE(wheel_created_before_asios_timer_service) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// A moved-from idle_timer reports misuse instead of crashing, and can be assigned to.
+BOOST_AUTO_TEST_CASE(moved_from_object_reports_misuse) {
+  asio::io_context ctx;
+  idle_timer a(ctx, 20ms);
+  idle_timer b(std::move(a));
+  a.touch();  // does nothing
+  BOOST_TEST(a.cancel() == 0u);
+  BOOST_CHECK_THROW(a.period(), std::logic_error);
+  BOOST_CHECK_THROW(a.get_executor(), std::logic_error);
+  BOOST_CHECK_THROW(a.async_wait([](error_code) {}), std::logic_error);
+  BOOST_CHECK_THROW(a.async_wait(asio::deferred), std::logic_error);  // not at launch
+
+  a = idle_timer(ctx, 10ms);  // usable again
+  int calls = 0;
+  error_code got = asio::error::would_block;
+  a.async_wait([&](error_code ec) {
+    ++calls;
+    got = ec;
+  });
+  b.touch();
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(got == error_code{});
+  BOOST_TEST(twheel::stats(ctx).pending == 0u);
+}

@@ -12,6 +12,7 @@
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -577,3 +578,25 @@ BOOST_AUTO_TEST_CASE(wheel_created_before_asios_timer_service) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// A moved-from periodic_timer reports misuse instead of crashing, and can be assigned to.
+BOOST_AUTO_TEST_CASE(moved_from_object_reports_misuse) {
+  asio::io_context ctx;
+  periodic_timer a(ctx, 5ms);
+  periodic_timer b(std::move(a));
+  BOOST_TEST(a.cancel() == 0u);
+  BOOST_CHECK_THROW(a.period(), std::logic_error);
+  BOOST_CHECK_THROW(a.ticks(), std::logic_error);
+  BOOST_CHECK_THROW(a.reset(), std::logic_error);
+  BOOST_CHECK_THROW(a.async_wait([](error_code) {}), std::logic_error);
+  BOOST_CHECK_THROW(a.async_wait(asio::deferred), std::logic_error);  // not at launch
+
+  a = periodic_timer(ctx, 5ms);  // usable again
+  int calls = 0;
+  a.async_wait([&](error_code ec) { calls += ec ? 0 : 1; });
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(a.ticks() == 1u);
+  BOOST_TEST(b.ticks() == 0u);
+}

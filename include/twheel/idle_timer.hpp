@@ -129,10 +129,11 @@ class basic_idle_timer {
       : basic_idle_timer(executor_type(ctx.get_executor()), period) {}
 
   /// Move-constructs an idle timer; a pending wait moves along. The moved-from object
-  /// may only be destroyed or assigned to.
+  /// may be destroyed or assigned to; its touch() does nothing, its cancel() returns 0
+  /// and its other members throw std::logic_error.
   basic_idle_timer(basic_idle_timer&&) noexcept = default;
   /// Aborts this timer's pending wait (operation_aborted) and takes over `other`, with its
-  /// pending wait. The moved-from object may only be destroyed or assigned to.
+  /// pending wait. The moved-from object is as after the move constructor.
   basic_idle_timer& operator=(basic_idle_timer&& other) noexcept {
     if (this != &other) {
       close();
@@ -146,13 +147,15 @@ class basic_idle_timer {
   ~basic_idle_timer() { close(); }
 
   /// Gets the executor associated with the object.
-  executor_type get_executor() const { return state_->timer.get_executor(); }
+  executor_type get_executor() const { return state().timer.get_executor(); }
   /// The idle period.
-  duration period() const { return state_->period; }
+  duration period() const { return state().period; }
 
   /// Records activity. O(1): one relaxed store. Safe from any thread. A touch() counts
   /// for the wait pending when it happens; async_wait() forgets earlier ones.
-  void touch() noexcept { state_->touched.store(true, std::memory_order_relaxed); }
+  void touch() noexcept {
+    if (state_) state_->touched.store(true, std::memory_order_relaxed);
+  }
 
   /// Waits until the connection has been idle for a period, measured from this call or
   /// the last touch().
@@ -187,6 +190,7 @@ class basic_idle_timer {
   /// It is honoured also when emitted after the period ended but before the handler ran.
   template <class WaitToken = boost::asio::default_completion_token_t<executor_type>>
   auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+    state();  // a moved-from timer throws here, not inside a deferred launch
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
         initiate_wait{state_}, token);
   }
@@ -195,6 +199,7 @@ class basic_idle_timer {
   /// not run yet); returns how many waits the underlying timer aborted (0 or 1). The
   /// handler completes with operation_aborted, later, from the context.
   std::size_t cancel() {
+    if (!state_) return 0;
     state_->cancelled.store(true, std::memory_order_release);
     return state_->timer.cancel();
   }
@@ -220,6 +225,11 @@ class basic_idle_timer {
                                   std::to_string(period.count()) + " ticks of the clock");
     }
     return period;
+  }
+
+  state_type& state() const {
+    if (!state_) throw std::logic_error("twheel::idle_timer: used after being moved from");
+    return *state_;
   }
 
   void close() {

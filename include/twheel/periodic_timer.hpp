@@ -152,11 +152,12 @@ class basic_periodic_timer {
       : basic_periodic_timer(executor_type(ctx.get_executor()), period, mode, policy) {}
 
   /// Move-constructs a periodic timer; a pending wait, the grid and the counters move
-  /// along. The moved-from object may only be destroyed or assigned to.
+  /// along. The moved-from object may be destroyed or assigned to; its cancel() returns 0
+  /// and its other members throw std::logic_error.
   basic_periodic_timer(basic_periodic_timer&&) noexcept = default;
   /// Aborts this timer's pending wait (operation_aborted) and takes over `other`, with its
-  /// pending wait, grid and counters. The moved-from object may only be destroyed or
-  /// assigned to.
+  /// pending wait, grid and counters. The moved-from object is as after the move
+  /// constructor.
   basic_periodic_timer& operator=(basic_periodic_timer&& other) noexcept {
     if (this != &other) {
       if (state_) state_->timer.cancel();
@@ -172,24 +173,24 @@ class basic_periodic_timer {
   }
 
   /// Gets the executor associated with the object.
-  executor_type get_executor() const { return state_->timer.get_executor(); }
+  executor_type get_executor() const { return state().timer.get_executor(); }
   /// The period between ticks.
-  duration period() const { return state_->period; }
+  duration period() const { return state().period; }
   /// How ticks are spaced.
-  tick_mode mode() const { return state_->mode; }
+  tick_mode mode() const { return state().mode; }
   /// What a fixed-rate timer does when it falls a period or more behind.
-  missed_tick_policy policy() const { return state_->policy; }
+  missed_tick_policy policy() const { return state().policy; }
 
   /// Ticks completed with success so far.
-  std::uint64_t ticks() const { return state_->ticks; }
+  std::uint64_t ticks() const { return state().ticks; }
   /// Ticks dropped by missed_tick_policy::skip so far.
-  std::uint64_t skipped() const { return state_->skipped; }
+  std::uint64_t skipped() const { return state().skipped; }
   /// The deadline of the next tick (after the first async_wait()).
-  time_point next_tick() const { return state_->next; }
+  time_point next_tick() const { return state().next; }
 
   /// Starts the grid again at the next async_wait(). A pending wait and the counters are
   /// not affected.
-  void reset() { state_->started = false; }
+  void reset() { state().started = false; }
 
   /// Waits for the next tick.
   ///
@@ -222,6 +223,7 @@ class basic_periodic_timer {
   /// @li @c cancellation_type::total
   template <class WaitToken = boost::asio::default_completion_token_t<executor_type>>
   auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
+    state();  // a moved-from timer throws here, not inside a deferred launch
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
         initiate_wait{state_}, token);
   }
@@ -229,7 +231,7 @@ class basic_periodic_timer {
   /// Aborts the pending wait (operation_aborted, later, from the context); returns 0 or
   /// 1. The grid is kept: with tick_mode::fixed_rate, the next async_wait() waits for the
   /// same tick.
-  std::size_t cancel() { return state_->timer.cancel(); }
+  std::size_t cancel() { return state_ ? state_->timer.cancel() : 0; }
 
  private:
   struct initiate_wait {
@@ -250,6 +252,11 @@ class basic_periodic_timer {
                                   std::to_string(period.count()) + " ticks of the clock");
     }
     return period;
+  }
+
+  state_type& state() const {
+    if (!state_) throw std::logic_error("twheel::periodic_timer: used after being moved from");
+    return *state_;
   }
 
   std::shared_ptr<state_type> state_;
