@@ -1,6 +1,6 @@
 // bench_report.hpp: what the comparison benchmarks (bench_timers, bench_threads,
-// bench_adapters) share: medians of repetitions, the table row with its ratio, and the
-// "csv," lines that scripts/bench.sh collects into out/bench.csv.
+// bench_adapters) share: medians of repetitions, the table row with its ratio, the sizes and repetitions
+// of a run, and the "csv," lines that scripts/bench.sh collects into out/bench.csv.
 //
 // A row compares boost::asio::steady_timer ("asio") with twheel on one workload at one
 // size. The ratio is oriented so that > 1 means twheel is better (asio/twheel for times
@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -126,6 +128,27 @@ class report {
 
   std::vector<row> rows_;
 };
+
+// --sizes n1,n2,...: the numbers of pending timers to run at.
+inline std::vector<std::size_t> parse_sizes(const std::string& s) {
+  std::vector<std::size_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(std::strtoull(item.c_str(), nullptr, 10));
+  }
+  return out;
+}
+
+// What was not given on the command line: 10,000 / 100,000 (quick) or up to 1,000,000
+// timers, medians of 3 (quick) or 5 repetitions.
+inline void default_run_shape(bool quick, std::vector<std::size_t>& sizes, int& reps) {
+  if (sizes.empty()) {
+    sizes = quick ? std::vector<std::size_t>{10'000, 100'000}
+                  : std::vector<std::size_t>{10'000, 100'000, 1'000'000};
+  }
+  if (reps <= 0) reps = quick ? 3 : 5;
+}
 
 }  // namespace bench
 

@@ -44,7 +44,6 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -251,16 +250,6 @@ double run_layout(layout l, std::size_t n, const std::vector<shard_inputs>& in) 
   return ns;
 }
 
-std::vector<std::size_t> parse_sizes(const std::string& s) {
-  std::vector<std::size_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(std::strtoull(item.c_str(), nullptr, 10));
-  }
-  return out;
-}
-
 int usage() {
   std::fprintf(stderr, "usage: bench_threads [--quick] [--reps R] [--sizes n1,n2,...]\n");
   return 2;
@@ -279,16 +268,12 @@ int main(int argc, char** argv) {
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--sizes" && i + 1 < argc) {
-      sizes = parse_sizes(argv[++i]);
+      sizes = bench::parse_sizes(argv[++i]);
     } else {
       return usage();
     }
   }
-  if (sizes.empty()) {
-    sizes = quick ? std::vector<std::size_t>{10'000, 100'000}
-                  : std::vector<std::size_t>{10'000, 100'000, 1'000'000};
-  }
-  if (reps <= 0) reps = quick ? 3 : 5;
+  bench::default_run_shape(quick, sizes, reps);
   if (quick) total_ops = 50'000;
   for (std::size_t n : sizes) {
     if (n < shard_count || n > 0xFFFFFFFFu) return usage();

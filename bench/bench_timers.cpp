@@ -730,7 +730,7 @@ int main(int argc, char** argv) {
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--sizes" && i + 1 < argc) {
-      for (const auto& s : split(argv[++i])) sizes.push_back(std::strtoull(s.c_str(), nullptr, 10));
+      sizes = bench::parse_sizes(argv[++i]);
     } else if (a == "--workloads" && i + 1 < argc) {
       workloads = split(argv[++i]);
     } else if (a == "--clock" && i + 1 < argc) {
@@ -750,11 +750,7 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  if (sizes.empty()) {
-    sizes = quick ? std::vector<std::size_t>{10'000, 100'000}
-                  : std::vector<std::size_t>{10'000, 100'000, 1'000'000};
-  }
-  if (reps <= 0) reps = quick ? 3 : 5;
+  bench::default_run_shape(quick, sizes, reps);
   for (std::size_t n : sizes) {
     if (n == 0 || n > 0xFFFFFFFFu) return usage();
   }
