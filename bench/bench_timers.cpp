@@ -11,6 +11,9 @@
 //           timer (expires_after(random 1..60 s), which aborts its wait, then async_wait)
 //           plus the ctx.poll() that runs the M aborted handlers: ns per re-arm, aborted
 //           handler included.
+//   floor   churn's picks and memory pattern with no timer library (see bench_floor):
+//           what the machine itself costs; also with a mutex per pick, and churn as a
+//           multiple of it (runs with churn).
 //   cancel  N timers armed (not timed); time cancel() on each plus the ctx.poll() that
 //           runs the N aborted handlers: ns per timer.
 //   burst   N timers armed with one common deadline in the future; ctx.run() until the
@@ -76,6 +79,7 @@
 #include <cstring>
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -311,6 +315,69 @@ double bench_churn(std::size_t n, const inputs& in) {
     expect_eq(lib_name<Timer>(), "churn", n, "aborted handlers", c.errors, m + n - expired);
   }
   return ns;
+}
+
+// 2b. floor: churn's memory pattern with no timer library, so that every table shows how
+// far each library is from the machine. The same picks and new expiries as churn, over N
+// objects of the churn timer's size (sizeof(std::optional<twheel::steady_timer>)): store
+// the deadline in the picked object, link it into a ready queue and, every 1,024 picks,
+// call a function pointer on each queued object (the aborted handlers). With `locked`, an
+// uncontended mutex is taken around each pick, as a thread-safe library must.
+struct floor_object {
+  floor_object* next;
+  void (*fn)(floor_object*, counters*);
+  std::int64_t deadline;
+  unsigned char rest[sizeof(std::optional<wheel_timer>) - 24];
+};
+static_assert(sizeof(floor_object) == sizeof(std::optional<wheel_timer>));
+
+void floor_handler(floor_object*, counters* c) {
+  ++c->calls;
+  ++c->errors;
+}
+
+template <bool Locked>
+[[gnu::noinline]] void floor_loop(std::vector<floor_object>& objects, const inputs& in,
+                                  counters* c, std::mutex& mutex) {
+  const std::size_t m = in.pick.size();
+  floor_object* head = nullptr;
+  floor_object** tail = &head;
+  const std::int64_t now = timestamp_ns();
+  for (std::size_t j = 0; j < m; ++j) {
+    floor_object& o = objects[in.pick[j]];
+    if constexpr (Locked) mutex.lock();
+    o.deadline = now + in.rearm_ns[j];
+    o.next = nullptr;
+    *tail = &o;
+    tail = &o.next;
+    if constexpr (Locked) mutex.unlock();
+    if ((j & 1023) == 1023 || j + 1 == m) {
+      for (floor_object* p = head; p != nullptr;) {
+        floor_object* next = p->next;
+        p->fn(p, c);
+        p = next;
+      }
+      head = nullptr;
+      tail = &head;
+    }
+  }
+}
+
+template <bool Locked>
+double bench_floor(std::size_t n, const inputs& in) {
+  std::vector<floor_object> objects(n);
+  for (auto& o : objects) {
+    o.next = nullptr;
+    o.fn = &floor_handler;
+    o.deadline = 0;
+  }
+  counters c;
+  std::mutex mutex;
+  const std::int64_t t0 = timestamp_ns();
+  floor_loop<Locked>(objects, in, &c, mutex);
+  const std::int64_t t1 = timestamp_ns();
+  expect_eq("floor", "floor", n, "function calls", c.calls, in.pick.size());
+  return static_cast<double>(t1 - t0) / static_cast<double>(in.pick.size());
 }
 
 // 3. cancel: ns per cancel(), with the poll() that runs the aborted handlers included.
@@ -699,7 +766,7 @@ void print_stats(std::size_t n, const twheel::wheel_stats& s) {
 int usage() {
   std::fprintf(stderr,
                "usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...]\n"
-               "                    [--workloads arm,churn,cancel,burst,spread,wakeups,memory]\n"
+               "                    [--workloads arm,churn,floor,cancel,burst,spread,wakeups,memory]\n"
                "                    [--lib both|asio|twheel]\n"
                "                    [--clock wall|cpu] [--watchdog S] [--expiry-scale F]\n"
                "       bench_timers --memory asio|twheel N\n");
@@ -721,7 +788,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   int reps = 0;
   std::vector<std::size_t> sizes;
-  std::vector<std::string> workloads{"arm",    "churn",   "cancel", "burst",
+  std::vector<std::string> workloads{"arm",    "churn",   "floor", "cancel", "burst",
                                      "spread", "wakeups", "memory"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -799,6 +866,25 @@ int main(int argc, char** argv) {
                  [&] { t.push_back(bench_churn<wheel_timer>(n, in)); });
       add_row("churn", n, a, t, "ns/op",
               "(" + std::to_string(m) + " re-arms; aborted handler included)", false);
+      if (wants(workloads, "floor")) {
+        std::vector<double> f, fl;
+        for (int rep = 0; rep < reps; ++rep) {
+          f.push_back(bench_floor<false>(n, in));
+          fl.push_back(bench_floor<true>(n, in));
+        }
+        // The floor is the machine's, not a library's: the same value in both columns.
+        g_report.add(bench::row{"floor", n, bench::median(f), bench::median(f), bench::na,
+                                "ns/op", "(churn's picks, no library)"},
+                     bench::better::none);
+        g_report.add(bench::row{"floor-locked", n, bench::median(fl), bench::median(fl),
+                                bench::na, "ns/op", "(the same, a mutex per pick)"},
+                     bench::better::none);
+        const double floor_ns = bench::median(f);
+        g_report.add(bench::row{"churn/floor", n, a.empty() ? bench::na : bench::median(a) / floor_ns,
+                                t.empty() ? bench::na : bench::median(t) / floor_ns, bench::na,
+                                "x", "(churn in multiples of the floor)"},
+                     bench::better::lower);
+      }
       if (g_churn_expired != 0) {
         std::printf("  WARNING: %llu timer(s) reached their deadline during churn (arming took "
                     "over 1 s: machine slow or loaded); their handlers ran in the timed poll()\n",
