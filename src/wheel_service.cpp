@@ -1,9 +1,12 @@
 // twheel/wheel_service: the wheel, its driver timer and the completion of waits.
 #include <twheel/wheel_service.hpp>
 
+#include <twheel/detail/context_locking.hpp>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -28,16 +31,6 @@ void settle(detail::wait_op* op, detail::wait_result result) noexcept {
   }
 }
 
-// Runs the rest of a batch later if a handler throws out of it.
-struct batch_guard {
-  wheel_service* service;
-  detail::op_queue& ops;
-  void (wheel_service::*requeue)(detail::op_queue&) noexcept;
-  ~batch_guard() {
-    if (!ops.empty()) (service->*requeue)(ops);
-  }
-};
-
 }  // namespace
 
 void wheel_service::validate(const wheel_options& options) {
@@ -47,6 +40,38 @@ void wheel_service::validate(const wheel_options& options) {
   }
 }
 
+// The drain: one posted operation of the context per completed wait, as in Asio, so that
+// run_one() runs one handler and the handlers of a batch spread over the context's
+// threads. Up to max_drains are in flight at once: a drain re-posted alone would land
+// behind Asio's reactor task every time, and each handler would pay an epoll_wait. Their
+// memory is the service's pool (no allocation on cancel or destroy).
+constexpr std::size_t max_drains = 48;  // fewer than the pool's blocks: the driver needs some
+class wheel_service::drain_handler {
+ public:
+  using allocator_type = detail::pool_allocator<void>;
+  explicit drain_handler(wheel_service* s) noexcept : service_(s) {}
+  allocator_type get_allocator() const noexcept { return allocator_type(service_->posted_); }
+  void operator()() { service_->run_drain(); }
+
+ private:
+  wheel_service* service_;
+};
+
+class wheel_service::driver_handler {
+ public:
+  using allocator_type = detail::pool_allocator<void>;
+  driver_handler(wheel_service* s, std::uint64_t generation) noexcept
+      : service_(s), generation_(generation) {}
+  allocator_type get_allocator() const noexcept { return allocator_type(service_->posted_); }
+  void operator()(const boost::system::error_code& ec) {
+    service_->on_driver(generation_, true, ec);
+  }
+
+ private:
+  wheel_service* service_;
+  std::uint64_t generation_;
+};
+
 wheel_service::wheel_service(execution_context& ctx)
     : wheel_service(ctx, wheel_options{}) {}
 
@@ -54,12 +79,16 @@ wheel_service::wheel_service(execution_context& ctx, const wheel_options& option
     : execution_context::service(ctx),
       options_((validate(options), options)),
       origin_(clock_type::now()),
+      mutex_(!options.single_threaded && !detail::asio_runs_unlocked(ctx)),
       wheel_(to_config(options)) {}
 
 void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
   lock_type lock(mutex_);
   if (driver_) return;
   executor_ = std::move(ex);
+  if (auto* io = executor_.target<boost::asio::io_context::executor_type>()) {
+    io_context_ = &io->context();
+  }
   driver_.emplace(executor_);
   attached_.store(true, std::memory_order_release);
 }
@@ -85,24 +114,9 @@ wheel_stats wheel_service::stats() const {
   return s;
 }
 
-void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
-                               detail::wait_op* op, detail::wait_canceller* canceller) {
-  lock_type lock(mutex_);
-  op->set_canceller(canceller);
-  if (shut_down_) {
-    // Asio destroys operations started after shutdown without invoking them.
-    settle(op, detail::wait_result::aborted);
-    lock.unlock();
-    op->destroy();
-    return;
-  }
-  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
-    retire(op, detail::wait_result::no_buffer_space);
-    ++stats_.rejected;
-    ensure_drain();
-    return;
-  }
-  timer.waits.push(op);
+// Files the timer of a wait just accepted and makes sure the driver will wake for it.
+// Throws only if the driver cannot be armed (then the caller takes the wait back).
+void wheel_service::file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline) {
   ++stats_.pending;
   if (timer.is_pending()) {
     wheel_.reschedule(timer, deadline);
@@ -110,6 +124,77 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
     wheel_.insert(timer, deadline);
   }
   ensure_driver();
+}
+
+// Undoes file_wait() for a wait that was not accepted after all.
+void wheel_service::unfile_wait(detail::timer_state& timer) noexcept {
+  --stats_.pending;
+  if (!timer.has_waits()) wheel_.remove(timer);
+  ready_.unreserve();
+}
+
+bool wheel_service::start_boxed_wait(detail::timer_state& timer,
+                                     std::chrono::nanoseconds deadline,
+                                     detail::handler_box& handler) {
+  lock_type lock(mutex_);
+  if (shut_down_) {
+    // Asio destroys operations started after shutdown without invoking them.
+    lock.unlock();
+    handler.complete(detail::wait_result::aborted, false);
+    return true;
+  }
+  if (timer.has_waits()) return false;
+  ready_.reserve();
+  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
+    detail::completion& c = ready_.push();
+    c.box.take(handler);
+    c.result = detail::wait_result::no_buffer_space;
+    ++stats_.rejected;
+    ensure_drain();
+    return true;
+  }
+  timer.box.take(handler);
+  try {
+    file_wait(timer, deadline);
+  } catch (...) {
+    handler.take(timer.box);
+    unfile_wait(timer);
+    throw;
+  }
+  return true;
+}
+
+void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                               detail::wait_op* op, detail::wait_canceller* canceller) {
+  lock_type lock(mutex_);
+  if (shut_down_) {
+    // Asio destroys operations started after shutdown without invoking them.
+    op->set_canceller(canceller);
+    settle(op, detail::wait_result::aborted);
+    lock.unlock();
+    op->destroy();
+    return;
+  }
+  ready_.reserve();
+  op->set_canceller(canceller);
+  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
+    settle(op, detail::wait_result::no_buffer_space);
+    detail::completion& c = ready_.push();
+    c.box.emplace_op(op);
+    c.result = detail::wait_result::no_buffer_space;
+    ++stats_.rejected;
+    ensure_drain();
+    return;
+  }
+  timer.waits.push(op);
+  try {
+    file_wait(timer, deadline);
+  } catch (...) {
+    timer.waits.erase(op);
+    op->set_canceller(nullptr);
+    unfile_wait(timer);
+    throw;
+  }
 }
 
 void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,
@@ -120,39 +205,64 @@ void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanosecond
     op->destroy();
     return;
   }
+  ready_.reserve();
   timer.waits.push(op);
-  ++stats_.pending;
-  wheel_.reschedule(timer, deadline);
-  ensure_driver();
+  try {
+    file_wait(timer, deadline);
+  } catch (...) {
+    timer.waits.erase(op);
+    unfile_wait(timer);
+    throw;
+  }
 }
 
 bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept {
   lock_type lock(mutex_);
   if (!timer.waits.erase(op)) return false;
   --stats_.pending;
+  ready_.unreserve();
   if (timer.waits.empty()) wheel_.remove(timer);
-  // Let the driver be disarmed if that was the last wait (drain decides, see drain()).
-  if (stats_.pending == 0) ensure_drain();
+  if (stats_.pending == 0) disarm_driver();
   return true;
 }
 
-void wheel_service::retire(detail::wait_op* op, detail::wait_result result) noexcept {
-  settle(op, result);
-  ready_.push(op);
+// Moves up to `max` waits of `timer`, oldest first, to the completion queue. Uses up their
+// reservations; never allocates.
+std::size_t wheel_service::settle_waits(detail::timer_state& timer, std::size_t max,
+                                        detail::wait_result result) noexcept {
+  std::size_t count = 0;
+  if (max != 0 && !timer.box.empty()) {
+    detail::completion& c = ready_.push();
+    c.box.take(timer.box);
+    c.result = result;
+    ++count;
+  }
+  while (count < max && !timer.waits.empty()) {
+    detail::wait_op* op = timer.waits.pop();
+    settle(op, result);
+    detail::completion& c = ready_.push();
+    c.box.emplace_op(op);
+    c.result = result;
+    ++count;
+  }
+  return count;
 }
 
 std::size_t wheel_service::abort_waits(detail::timer_state& timer, std::size_t max) noexcept {
-  std::size_t count = 0;
-  while (count < max && !timer.waits.empty()) {
-    retire(timer.waits.pop(), detail::wait_result::aborted);
-    ++count;
-  }
+  const std::size_t count = settle_waits(timer, max, detail::wait_result::aborted);
   if (count != 0) {
     stats_.pending -= count;
     stats_.cancelled += count;
-    ensure_drain();
+    after_settle();
   }
   return count;
+}
+
+// After waits were settled outside a driver pass: their handlers need drains, and if no
+// wait is left, nothing may keep run() from returning.
+void wheel_service::after_settle() noexcept {
+  ensure_drain();
+  if (stats_.pending == 0) disarm_driver();
 }
 
 std::size_t wheel_service::cancel(detail::timer_state& timer) {
@@ -166,7 +276,7 @@ std::size_t wheel_service::cancel(detail::timer_state& timer) {
 std::size_t wheel_service::cancel_one(detail::timer_state& timer) {
   lock_type lock(mutex_);
   const std::size_t count = abort_waits(timer, 1);
-  if (timer.waits.empty()) wheel_.remove(timer);
+  if (!timer.has_waits()) wheel_.remove(timer);
   return count;
 }
 
@@ -189,6 +299,7 @@ void wheel_service::destroy(detail::timer_state& timer) noexcept {
 void wheel_service::move(detail::timer_state& to, detail::timer_state& from) noexcept {
   lock_type lock(mutex_);
   wheel_.replace(from, to);
+  to.box.take(from.box);
   to.waits.splice_back(from.waits);
   to.waits.for_each([&to](detail::wait_op* op) {
     if (detail::wait_canceller* c = op->canceller()) c->timer_ = &to;
@@ -199,11 +310,15 @@ void wheel_service::cancel_wait(detail::wait_canceller& canceller) noexcept {
   lock_type lock(mutex_);
   detail::timer_state* timer = canceller.timer_;
   if (timer == nullptr || !timer->waits.erase(canceller.op_)) return;
-  retire(canceller.op_, detail::wait_result::aborted);
+  detail::wait_op* op = canceller.op_;
+  settle(op, detail::wait_result::aborted);
+  detail::completion& c = ready_.push();
+  c.box.emplace_op(op);
+  c.result = detail::wait_result::aborted;
   --stats_.pending;
   ++stats_.cancelled;
-  if (timer->waits.empty()) wheel_.remove(*timer);
-  ensure_drain();
+  if (!timer->has_waits()) wheel_.remove(*timer);
+  after_settle();
 }
 
 void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept {
@@ -214,37 +329,60 @@ void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept
   canceller.service_.store(nullptr, std::memory_order_release);
 }
 
+// Posts drains until every queued completion has one (up to max_drains in flight).
 void wheel_service::ensure_drain() noexcept {
-  if (drain_posted_) return;
-  drain_posted_ = true;
-  boost::asio::post(executor_, [this] { drain(); });
+  const std::size_t want = std::min(ready_.size(), max_drains);
+  while (drains_posted_ < want && post_drain()) {
+  }
 }
 
-void wheel_service::ensure_driver() noexcept {
+bool wheel_service::post_drain() noexcept {
+  try {
+    if (io_context_) {
+      // The concrete executor honours the handler's allocator: the service's pool.
+      boost::asio::post(io_context_->get_executor(), drain_handler(this));
+    } else {
+      boost::asio::post(executor_, drain_handler(this));
+    }
+    ++drains_posted_;
+    return true;
+  } catch (...) {
+    // Only an executor other than an io_context's can get here (it may allocate). The
+    // completions stay queued, and the next wait settled or started posts again.
+    return false;
+  }
+}
+
+void wheel_service::ensure_driver() {
   const auto next = wheel_.next_expiry();
   if (!next || (armed_at_ && *armed_at_ <= *next)) return;
   arm_driver(*next);
 }
 
-void wheel_service::arm_driver(std::chrono::nanoseconds at) noexcept {
-  const std::uint64_t generation = ++generation_;
-  armed_at_ = at;
+void wheel_service::arm_driver(std::chrono::nanoseconds at) {
   if (at <= wheel_.now()) {
     // Already due (or a bounded pass left work): run a pass after what is queued. A wait
     // still pending on the internal timer would keep run() from returning: cancel it.
+    const std::uint64_t generation = generation_ + 1;
+    boost::asio::post(executor_, [this, generation] { on_driver(generation, false, {}); });
+    generation_ = generation;
+    armed_at_ = at;
     if (timer_armed_) {
       timer_armed_ = false;
       driver_->cancel();
     }
-    boost::asio::post(executor_, [this, generation] { on_driver(generation, false, {}); });
     return;
   }
   const auto headroom = clock_type::time_point::max() - origin_;
+  // expires_at() cancels the wait we had; should async_wait() then throw, the driver is
+  // unarmed and says so, and the next ensure_driver() arms it.
+  armed_at_.reset();
+  timer_armed_ = false;
   driver_->expires_at(at >= headroom ? clock_type::time_point::max() : origin_ + at);
+  driver_->async_wait(driver_handler(this, generation_ + 1));
+  ++generation_;
+  armed_at_ = at;
   timer_armed_ = true;
-  driver_->async_wait([this, generation](const boost::system::error_code& ec) {
-    on_driver(generation, true, ec);
-  });
 }
 
 void wheel_service::disarm_driver() noexcept {
@@ -256,9 +394,12 @@ void wheel_service::disarm_driver() noexcept {
   }
 }
 
+// A driver pass: detaches the due timers, queues their waits, and runs the first of them
+// as this operation's handler (so that a pass is one operation of the context with one
+// handler, as an expiring Asio timer is); the rest go to the drain.
 void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
                               const boost::system::error_code& ec) {
-  detail::op_queue fired;
+  detail::completion first;
   {
     lock_type lock(mutex_);
     // A superseded arm, a disarm or shutdown: a newer arm (if any) is still pending.
@@ -271,49 +412,33 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     wheel_.advance(wheel_time(clock_type::now()), due, options_.max_per_pass);
     while (!due.empty()) {
       auto& timer = static_cast<detail::timer_state&>(due.pop_front());
-      while (!timer.waits.empty()) {
-        detail::wait_op* op = timer.waits.pop();
-        settle(op, detail::wait_result::success);
-        fired.push(op);
-        --stats_.pending;
-        ++stats_.fired;
-      }
+      const std::size_t fired =
+          settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success);
+      stats_.pending -= fired;
+      stats_.fired += fired;
     }
+    // Every drain in flight must find a completion to run (one handler per operation):
+    // take the first only if one is left for each.
+    if (ready_.size() > drains_posted_) ready_.pop(first);
+    ensure_drain();
     if (stats_.pending != 0) ensure_driver();
   }
-  complete(fired);
+  if (!first.box.empty()) first.box.complete(first.result, true);
 }
 
-void wheel_service::drain() {
-  detail::op_queue ops;
+void wheel_service::run_drain() {
+  detail::completion next;
   {
     lock_type lock(mutex_);
-    drain_posted_ = false;
-    ops.splice_back(ready_);
-    // The last wait went away: nothing may keep run() from returning.
-    if (stats_.pending == 0) disarm_driver();
+    --drains_posted_;
+    if (!ready_.empty()) ready_.pop(next);
+    // Before the upcall, so that other threads can take the next ones meanwhile.
+    ensure_drain();
   }
-  complete(ops);
-}
-
-void wheel_service::complete(detail::op_queue& ops) {
-  batch_guard guard{this, ops, &wheel_service::requeue};
-  while (!ops.empty()) ops.pop()->complete();
-}
-
-void wheel_service::requeue(detail::op_queue& ops) noexcept {
-  lock_type lock(mutex_);
-  if (shut_down_) {
-    lock.unlock();
-    while (!ops.empty()) ops.pop()->destroy();
-    return;
-  }
-  ready_.splice_front(ops);
-  ensure_drain();
+  if (!next.box.empty()) next.box.complete(next.result, true);
 }
 
 void wheel_service::shutdown() {
-  detail::op_queue doomed;
   {
     lock_type lock(mutex_);
     shut_down_ = true;
@@ -321,19 +446,26 @@ void wheel_service::shutdown() {
     wheel_.detach_all(all);
     while (!all.empty()) {
       auto& timer = static_cast<detail::timer_state&>(all.pop_front());
-      while (!timer.waits.empty()) {
-        detail::wait_op* op = timer.waits.pop();
-        settle(op, detail::wait_result::aborted);
-        doomed.push(op);
-      }
+      settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::aborted);
     }
-    doomed.splice_back(ready_);
     stats_.pending = 0;
     ++generation_;
     armed_at_.reset();
   }
-  // Destroying handlers may destroy timers, which call back into destroy(): unlocked.
-  while (!doomed.empty()) doomed.pop()->destroy();
+  // Destroying handlers may destroy timers, which call back into destroy(): unlocked, one
+  // at a time.
+  for (;;) {
+    detail::completion doomed;
+    {
+      lock_type lock(mutex_);
+      if (ready_.empty()) {
+        ready_.unreserve_all();
+        break;
+      }
+      ready_.pop(doomed);
+    }
+    doomed.box.complete(doomed.result, false);
+  }
   // The driver's service was registered after us, so it is destroyed before us: let go
   // of the driver while that service is still there.
   driver_.reset();

@@ -1914,6 +1914,117 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(stress_two_threads, Timer, timer_types) {
 }
 
 // ---------------------------------------------------------------------------------------
+// 16b. Each completed wait is one operation of the context
+// ---------------------------------------------------------------------------------------
+
+// run_one() runs exactly one handler even when several waits are due together, and
+// poll_one() then runs the next; run() counts every handler.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(20))
+BOOST_AUTO_TEST_CASE_TEMPLATE(run_one_runs_one_handler_per_call, Timer, timer_types) {
+  asio::io_context ctx;
+  const auto deadline = Timer::clock_type::now() + 20ms;
+  int calls = 0;
+  std::vector<std::unique_ptr<Timer>> timers;
+  for (int i = 0; i < 3; ++i) {
+    timers.push_back(std::make_unique<Timer>(ctx, deadline));
+    timers.back()->async_wait([&](error_code ec) {
+      BOOST_TEST(!ec);
+      ++calls;
+    });
+  }
+  BOOST_TEST(ctx.run_one() == 1u);
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(ctx.poll_one() == 1u);
+  BOOST_TEST(calls == 2);
+  BOOST_TEST(ctx.poll_one() == 1u);
+  BOOST_TEST(calls == 3);
+  BOOST_TEST(ctx.poll_one() == 0u);
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(20))
+BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_the_number_of_handlers, Timer, timer_types) {
+  asio::io_context ctx;
+  const auto deadline = Timer::clock_type::now() + 20ms;
+  int calls = 0;
+  std::vector<std::unique_ptr<Timer>> timers;
+  for (int i = 0; i < 5; ++i) {
+    timers.push_back(std::make_unique<Timer>(ctx, deadline));
+    timers.back()->async_wait([&](error_code) { ++calls; });
+  }
+  BOOST_TEST(ctx.run() == 5u);
+  BOOST_TEST(calls == 5);
+
+  // Aborted waits too: each is one operation.
+  ctx.restart();
+  for (auto& t : timers) {
+    t->expires_after(10s);
+    t->async_wait([&](error_code ec) {
+      BOOST_TEST(ec == aborted);
+      ++calls;
+    });
+  }
+  for (auto& t : timers) t->expires_after(10s);  // aborts the five waits, none pending
+  BOOST_TEST(ctx.poll_one() == 1u);
+  BOOST_TEST(calls == 6);
+  ctx.poll();
+  BOOST_TEST(calls == 10);
+}
+
+// The handlers of waits that expire together spread over the threads running the context:
+// with two threads, two of them run at the same time.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(60))
+BOOST_AUTO_TEST_CASE_TEMPLATE(due_handlers_run_on_every_thread, Timer, timer_types) {
+  asio::io_context ctx(2);
+  constexpr int n = 200;
+  const auto deadline = Timer::clock_type::now() + 50ms;
+  std::atomic<int> running{0}, most{0}, calls{0};
+  std::vector<std::unique_ptr<Timer>> timers;
+  for (int i = 0; i < n; ++i) {
+    timers.push_back(std::make_unique<Timer>(ctx, deadline));
+    timers.back()->async_wait([&](error_code) {
+      const int now = running.fetch_add(1) + 1;
+      int seen = most.load();
+      while (now > seen && !most.compare_exchange_weak(seen, now)) {
+      }
+      std::this_thread::sleep_for(2ms);
+      running.fetch_sub(1);
+      calls.fetch_add(1);
+    });
+  }
+  std::thread other([&] { ctx.run(); });
+  ctx.run();
+  other.join();
+  BOOST_TEST(calls.load() == n);
+  BOOST_TEST(most.load() == 2);
+}
+
+// A timer made first on a strand must not put the wheel's own work in that strand: a
+// wait on another strand completes while the first strand is busy.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(waits_complete_while_another_strand_is_busy, Timer, timer_types) {
+  asio::thread_pool pool(2);
+  const asio::any_io_executor first_strand = asio::make_strand(pool);
+  const asio::any_io_executor second_strand = asio::make_strand(pool);
+  Timer first(first_strand);  // the first timer of the pool
+  Timer second(second_strand);
+
+  std::promise<void> fired;
+  auto fired_future = fired.get_future();
+  std::promise<bool> blocker_saw_it;
+  asio::post(first_strand, [&] {
+    // Busy until the other strand's wait completed, or 10 s.
+    blocker_saw_it.set_value(fired_future.wait_for(10s) == std::future_status::ready);
+  });
+  second.expires_after(20ms);
+  second.async_wait([&](error_code ec) {
+    BOOST_TEST(!ec);
+    fired.set_value();
+  });
+  BOOST_TEST(blocker_saw_it.get_future().get());
+  pool.join();
+}
+
+// ---------------------------------------------------------------------------------------
 // 17. Associated allocator
 // ---------------------------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ class basic_waitable_timer {
   explicit basic_waitable_timer(const executor_type& ex)
       : service_(&service_for(ex)), executor_(ex) {
     service_->attach(executor_);
+    state_.boxable = service_->runs_inline(executor_);
   }
 
   /// Constructs a timer without setting an expiry time.
@@ -147,6 +148,7 @@ class basic_waitable_timer {
       : service_(other.service_), expiry_(other.expiry_), executor_(other.executor_) {
     service_->move(state_, other.state_);
     state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
+    state_.boxable = other.state_.boxable;
     other.expiry_ = time_point();
   }
 
@@ -162,6 +164,7 @@ class basic_waitable_timer {
       service_->destroy(state_);
       other.service_->move(state_, other.state_);
       state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
+      state_.boxable = other.state_.boxable;
       service_ = other.service_;
       executor_ = other.executor_;
       expiry_ = other.expiry_;
@@ -183,6 +186,8 @@ class basic_waitable_timer {
       : service_(other.service_), expiry_(other.expiry_), executor_(other.executor_) {
     service_->move(state_, other.state_);
     state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
+    // The executor changed type: a handler boxed under the old one still runs where it did.
+    state_.boxable = service_->runs_inline(executor_);
     other.expiry_ = time_point();
   }
 

@@ -2,12 +2,16 @@
 #ifndef TWHEEL_WHEEL_SERVICE_HPP
 #define TWHEEL_WHEEL_SERVICE_HPP
 
+#include <twheel/detail/completion_queue.hpp>
+#include <twheel/detail/block_pool.hpp>
 #include <twheel/detail/op_queue.hpp>
+#include <twheel/detail/service_lock.hpp>
 #include <twheel/detail/timer_state.hpp>
 #include <twheel/timing_wheel.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/execution_context.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -36,6 +40,11 @@ struct wheel_options {
   /// Wheel entries examined per driver pass; bounds the time one pass keeps the thread
   /// from other work. Must be positive.
   std::size_t max_per_pass = 4096;
+  /// Declares that the context runs on one thread at a time and that its timers are used
+  /// only from that thread (or from its handlers): the wheel then takes no lock. An
+  /// io_context created with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE gets the same without
+  /// asking. Using the wheel from two threads at once is then undefined behaviour.
+  bool single_threaded = false;
 };
 
 /// Counters of one context's wheel. All are exact at the moment of the call.
@@ -169,34 +178,49 @@ class wheel_service : public boost::asio::execution_context::service {
   void detach_canceller(detail::wait_canceller& canceller) noexcept;
 
   /// Called by every timer's constructor: the first one gives the service the executor its
-  /// driver runs on (the context's plain executor, found through `ex`).
+  /// driver runs on (the context's own executor, never a strand: found through `ex`).
   template <class Executor>
   void attach(const Executor& ex) {
     if (!attached_.load(std::memory_order_acquire)) attach_executor(driver_executor(ex));
   }
 
-  /// True when handlers bound to `ex` may be invoked directly by the driver: `ex` is the
-  /// executor the driver itself runs on.
+  /// True when handlers bound to `ex` may be invoked directly by the wheel's drain: `ex`
+  /// is the executor the driver itself runs on. Call after attach().
   template <class Executor>
   bool runs_inline(const Executor& ex) const noexcept;
 
+  /// True when the wheel takes its lock (see wheel_options::single_threaded).
+  bool locking() const noexcept { return mutex_.enabled(); }
+
  private:
-  using lock_type = std::unique_lock<std::mutex>;
+  using lock_type = detail::service_lock;
+  class drain_handler;
+  class driver_handler;
 
   void shutdown() override;
 
+  template <class Handler, class IoExecutor, class Slot>
+  void start_allocated_wait(detail::timer_state& timer, clock_type::time_point deadline,
+                            Handler& handler, const IoExecutor& io_ex, Slot& slot);
+
+  // Files a wait whose handler is in `handler` (moved into the timer) unless the timer
+  // already has a wait: then returns false and leaves `handler` as it was.
+  bool start_boxed_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                        detail::handler_box& handler);
   void start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                   detail::wait_op* op, detail::wait_canceller* canceller);
+  void file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline);
+  void unfile_wait(detail::timer_state& timer) noexcept;
+  std::size_t settle_waits(detail::timer_state& timer, std::size_t max,
+                           detail::wait_result result) noexcept;
   std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept;
-  void retire(detail::wait_op* op, detail::wait_result result) noexcept;
+  void after_settle() noexcept;
   void ensure_drain() noexcept;
-  void ensure_driver() noexcept;
-  void arm_driver(std::chrono::nanoseconds at) noexcept;
+  bool post_drain() noexcept;
+  void ensure_driver();
+  void arm_driver(std::chrono::nanoseconds at);
   void on_driver(std::uint64_t generation, bool from_timer, const boost::system::error_code& ec);
-  void drain();
-  void complete(detail::op_queue& ops);
-  void requeue(detail::op_queue& ops) noexcept;
-
+  void run_drain();
   void disarm_driver() noexcept;
   void attach_executor(boost::asio::any_io_executor ex);
   template <class Executor>
@@ -205,17 +229,19 @@ class wheel_service : public boost::asio::execution_context::service {
   wheel_options options_;
   std::atomic<bool> attached_{false};
   boost::asio::any_io_executor executor_;      // what the driver runs on; set once
+  boost::asio::io_context* io_context_ = nullptr;  // the context, when it is an io_context
   clock_type::time_point origin_;
-  mutable std::mutex mutex_;
+  mutable detail::service_mutex mutex_;
   timing_wheel wheel_;
-  detail::op_queue ready_;                     // aborted or rejected, awaiting completion
-  bool drain_posted_ = false;
+  detail::completion_queue ready_;             // settled waits awaiting their handlers
+  std::size_t drains_posted_ = 0;              // drains in flight, each owed a completion
   bool shut_down_ = false;
   std::optional<boost::asio::steady_timer> driver_;
   std::optional<std::chrono::nanoseconds> armed_at_;  // driver's deadline, if armed
   bool timer_armed_ = false;                   // driver_ has a wait we still want
   std::uint64_t generation_ = 0;               // bumped on every (re)arm and disarm
   wheel_stats stats_;
+  detail::block_pool posted_;                  // the memory of drains and driver waits
 };
 
 }  // namespace twheel

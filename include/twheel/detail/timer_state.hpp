@@ -2,6 +2,7 @@
 #ifndef TWHEEL_DETAIL_TIMER_STATE_HPP
 #define TWHEEL_DETAIL_TIMER_STATE_HPP
 
+#include <twheel/detail/handler_box.hpp>
 #include <twheel/detail/op_queue.hpp>
 #include <twheel/timing_wheel.hpp>
 
@@ -15,8 +16,10 @@ class wheel_service;
 
 namespace twheel::detail {
 
-// The timer object is itself the wheel entry (no per-wait allocation beyond the
-// operation), with the FIFO of its pending waits. Guarded by the service's lock.
+// The timer object is itself the wheel entry, with its pending waits: the oldest in a
+// handler box inside the timer when its handler fits (no allocation), the others as
+// allocated operations in FIFO order behind it. Guarded by the service's lock, except
+// the two flags, which the timer object owns.
 struct timer_state : wheel_entry {
   timer_state() noexcept = default;
   timer_state(const timer_state&) = delete;
@@ -26,7 +29,15 @@ struct timer_state : wheel_entry {
   // means no wait can be pending, so re-arming or cancelling need not take the lock.
   // Declared first so it sits in wheel_entry's tail padding.
   bool might_have_waits = false;
+  // The timer's handlers may run directly on the thread of the wheel's drain (its executor
+  // is the one the wheel runs on): only then can a handler live in `box`.
+  bool boxable = false;
+  // The oldest wait, if its handler fits in a box; used only while `waits` is empty, so
+  // that it stays the oldest.
+  handler_box box;
   op_queue waits;
+
+  bool has_waits() const noexcept { return !box.empty() || !waits.empty(); }
 };
 
 // Lives in a handler's cancellation slot while its wait is pending. The wait and the

@@ -12,6 +12,9 @@
 #include <boost/asio/is_executor.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/asio/execution/context.hpp>
 
 #include <type_traits>
 
@@ -68,20 +71,31 @@ struct is_strand<boost::asio::strand<Inner>> : std::true_type {};
 
 template <class Executor>
 boost::asio::any_io_executor wheel_service::driver_executor(const Executor& ex) {
-  using io_executor = boost::asio::io_context::executor_type;
   using boost::asio::any_io_executor;
-  // The driver must not run inside a user's strand: unwrap to the context's executor.
+  using io_executor = boost::asio::io_context::executor_type;
+  using pool_executor = boost::asio::thread_pool::executor_type;
+  // The driver must not run inside a user's strand (it would wait behind the strand's
+  // work, and the strand behind every pass): unwrap to the context's own executor.
   if constexpr (std::is_same_v<Executor, any_io_executor>) {
     if (auto* t = ex.template target<io_executor>()) return t->context().get_executor();
+    if (auto* t = ex.template target<pool_executor>()) return driver_executor(*t);
     if (auto* s = ex.template target<boost::asio::strand<io_executor>>()) {
-      return s->get_inner_executor().context().get_executor();
+      return driver_executor(s->get_inner_executor());
+    }
+    if (auto* s = ex.template target<boost::asio::strand<pool_executor>>()) {
+      return driver_executor(s->get_inner_executor());
     }
     if (auto* s = ex.template target<boost::asio::strand<any_io_executor>>()) {
       return driver_executor(s->get_inner_executor());
     }
+    if (auto* s = ex.template target<boost::asio::io_context::strand>()) {
+      return s->context().get_executor();
+    }
     return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
   } else if constexpr (std::is_same_v<Executor, io_executor>) {
     return ex.context().get_executor();
+  } else if constexpr (std::is_same_v<Executor, pool_executor>) {
+    return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
   } else if constexpr (detail::is_strand<Executor>::value) {
     return driver_executor(ex.get_inner_executor());
   } else if constexpr (std::is_same_v<Executor, boost::asio::io_context::strand>) {
@@ -107,6 +121,33 @@ template <class Handler, class IoExecutor>
 void wheel_service::async_wait(detail::timer_state& timer, clock_type::time_point deadline,
                                Handler& handler, const IoExecutor& io_ex) {
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
+
+  if constexpr (detail::fits_in_box<Handler>) {
+    // The fast path: no allocation, no executor copied or compared (the timer decided once
+    // that its executor is the wheel's).
+    if (timer.boxable && !slot.is_connected()) {
+      detail::handler_box box;
+      box.emplace(std::move(handler));
+      struct discard {
+        detail::handler_box& box;
+        ~discard() {
+          if (!box.empty()) box.complete(detail::wait_result::aborted, false);
+        }
+      } guard{box};
+      if (start_boxed_wait(timer, wheel_time(deadline), box)) return;
+      // The timer already has a wait: this one queues behind it, allocated.
+      Handler unboxed(box.template release<Handler>());
+      start_allocated_wait(timer, deadline, unboxed, io_ex, slot);
+      return;
+    }
+  }
+  start_allocated_wait(timer, deadline, handler, io_ex, slot);
+}
+
+template <class Handler, class IoExecutor, class Slot>
+void wheel_service::start_allocated_wait(detail::timer_state& timer,
+                                         clock_type::time_point deadline, Handler& handler,
+                                         const IoExecutor& io_ex, Slot& slot) {
   const auto ex = boost::asio::get_associated_executor(handler, io_ex);
   using executor_t = std::decay_t<decltype(ex)>;
 
@@ -119,15 +160,17 @@ void wheel_service::async_wait(detail::timer_state& timer, clock_type::time_poin
   }
 
   detail::wait_canceller* canceller = nullptr;
-  if (slot.is_connected()) {
-    try {
+  try {
+    if (slot.is_connected()) {
       canceller = &slot.template emplace<detail::wait_canceller>(this, &timer, op);
-    } catch (...) {
-      op->destroy();
-      throw;
     }
+    start_wait(timer, wheel_time(deadline), op, canceller);
+  } catch (...) {
+    // Nothing was filed: unhook the slot (its handler still points at the op), then free.
+    if (canceller) slot.clear();
+    op->destroy();
+    throw;
   }
-  start_wait(timer, wheel_time(deadline), op, canceller);
 }
 
 }  // namespace twheel
