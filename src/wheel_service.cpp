@@ -6,7 +6,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -42,10 +41,12 @@ void wheel_service::validate(const wheel_options& options) {
 
 // The drain: one posted operation of the context per completed wait, as in Asio, so that
 // run_one() runs one handler and the handlers of a batch spread over the context's
-// threads. Up to max_drains are in flight at once: a drain re-posted alone would land
-// behind Asio's reactor task every time, and each handler would pay an epoll_wait. Their
-// memory is the service's pool (no allocation on cancel or destroy).
-constexpr std::size_t max_drains = 48;  // fewer than the pool's blocks: the driver needs some
+// threads. Every queued completion has its drain in flight, as every expired Asio timer
+// has its operation in the scheduler's queue: a smaller number would give the wheel's
+// handlers that many turns per cycle of a busy context's queue (they starved under the
+// soak), and a drain re-posted alone would wait behind the reactor's epoll_wait every
+// time. Their memory comes from the service's pool (no allocation when the first is
+// posted from cancel() or a destructor) and beyond it from Asio's recycling allocator.
 class wheel_service::drain_handler {
  public:
   using allocator_type = detail::pool_allocator<void>;
@@ -329,10 +330,9 @@ void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept
   canceller.service_.store(nullptr, std::memory_order_release);
 }
 
-// Posts drains until every queued completion has one (up to max_drains in flight).
+// Posts drains until every queued completion has one.
 void wheel_service::ensure_drain() noexcept {
-  const std::size_t want = std::min(ready_.size(), max_drains);
-  while (drains_posted_ < want && post_drain()) {
+  while (drains_posted_ < ready_.size() && post_drain()) {
   }
 }
 
@@ -347,8 +347,8 @@ bool wheel_service::post_drain() noexcept {
     ++drains_posted_;
     return true;
   } catch (...) {
-    // Only an executor other than an io_context's can get here (it may allocate). The
-    // completions stay queued, and the next wait settled or started posts again.
+    // Out of memory past the pool's blocks. The completions stay queued; the drains in
+    // flight (the pool guarantees the first) post the missing ones when they run.
     return false;
   }
 }

@@ -5,8 +5,9 @@
 // destructor, which must not allocate (Asio's do not), and once per completed handler,
 // where a malloc and a free per handler would cost more than the rest of the drain. At
 // most `count` drains are in flight and Asio frees an operation's memory before invoking
-// it, so a block is always free when the service posts. Should none be (or should Asio's
-// operation not fit), the allocator falls back to operator new.
+// it, so the first drain posted finds a block free. Beyond `count` in flight (a large
+// batch), or should Asio's operation not fit, it falls back to Asio's recycling
+// allocator, as Asio's own operations do.
 #ifndef TWHEEL_DETAIL_BLOCK_POOL_HPP
 #define TWHEEL_DETAIL_BLOCK_POOL_HPP
 
@@ -14,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+
+#include <boost/asio/recycling_allocator.hpp>
 
 namespace twheel::detail {
 
@@ -66,11 +69,11 @@ class pool_allocator {
     if (n * sizeof(T) <= block_pool::block_size && alignof(T) <= 64) {
       if (void* p = pool_->take()) return static_cast<T*>(p);
     }
-    return static_cast<T*>(::operator new(n * sizeof(T)));
+    return boost::asio::recycling_allocator<T>().allocate(n);
   }
 
-  void deallocate(T* p, std::size_t) noexcept {
-    if (!pool_->give_back(p)) ::operator delete(p);
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (!pool_->give_back(p)) boost::asio::recycling_allocator<T>().deallocate(p, n);
   }
 
   template <class U>
