@@ -45,8 +45,7 @@ void wheel_service::validate(const wheel_options& options) {
 // has its operation in the scheduler's queue: a smaller number would give the wheel's
 // handlers that many turns per cycle of a busy context's queue (they starved under the
 // soak), and a drain re-posted alone would wait behind the reactor's epoll_wait every
-// time. Their memory comes from the service's pool (no allocation when the first is
-// posted from cancel() or a destructor) and beyond it from Asio's recycling allocator.
+// time. Their memory is recycled by the service's block pool.
 class wheel_service::drain_handler {
  public:
   using allocator_type = detail::pool_allocator<void>;
@@ -347,8 +346,8 @@ bool wheel_service::post_drain() noexcept {
     ++drains_posted_;
     return true;
   } catch (...) {
-    // Out of memory past the pool's blocks. The completions stay queued; the drains in
-    // flight (the pool guarantees the first) post the missing ones when they run.
+    // Out of memory for a new block. The completions stay queued; the drains in flight
+    // (the first never needs a new block) post the missing ones when they run.
     return false;
   }
 }

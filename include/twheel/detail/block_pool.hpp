@@ -1,59 +1,75 @@
-// twheel/detail/block_pool.hpp: a fixed pool of small blocks for the operations the
-// service posts to its context, and an allocator that draws from it.
+// twheel/detail/block_pool.hpp: recycled memory for the operations the service posts to
+// its context (drains and driver waits), and an allocator that draws from it.
 //
-// Why: the service posts its drains from cancel(), expires_at() and the timer's
-// destructor, which must not allocate (Asio's do not), and once per completed handler,
-// where a malloc and a free per handler would cost more than the rest of the drain. At
-// most `count` drains are in flight and Asio frees an operation's memory before invoking
-// it, so the first drain posted finds a block free. Beyond `count` in flight (a large
-// batch), or should Asio's operation not fit, it falls back to Asio's recycling
-// allocator, as Asio's own operations do.
+// Why: the service posts one drain per completed handler; a malloc and a free each would
+// cost more than the rest of the drain. Blocks are kept and reused instead: taken under
+// the service's lock (a pop from a private list), given back by Asio from whichever thread
+// ran the operation (a push onto a shared list, one compare-exchange), and the shared list
+// is taken over whole when the private one runs dry, so there is no ABA problem. The pool
+// keeps as many blocks as were ever in flight at once.
+//
+// The cancel and destroy paths must not allocate: the blocks of drains are all back in the
+// pool whenever no drain is in flight, and a few are made up front, so posting the first
+// drain never allocates.
 #ifndef TWHEEL_DETAIL_BLOCK_POOL_HPP
 #define TWHEEL_DETAIL_BLOCK_POOL_HPP
 
+#include <boost/asio/recycling_allocator.hpp>
+
 #include <atomic>
 #include <cstddef>
-#include <cstdint>
 #include <new>
-
-#include <boost/asio/recycling_allocator.hpp>
 
 namespace twheel::detail {
 
 class block_pool {
  public:
-  static constexpr unsigned count = 64;  // one bit each in free_
   static constexpr std::size_t block_size = 128;
 
-  // A free block, or null.
-  void* take() noexcept {
-    std::uint64_t bits = free_.load(std::memory_order_relaxed);
-    while (bits != 0) {
-      const unsigned i = static_cast<unsigned>(__builtin_ctzll(bits));
-      if (free_.compare_exchange_weak(bits, bits & ~(std::uint64_t{1} << i),
-                                      std::memory_order_acquire, std::memory_order_relaxed)) {
-        return blocks_[i].bytes;
-      }
-    }
-    return nullptr;
+  explicit block_pool(std::size_t initial = 4) {
+    for (std::size_t i = 0; i < initial; ++i) give_back(::operator new(block_size));
+  }
+  block_pool(const block_pool&) = delete;
+  block_pool& operator=(const block_pool&) = delete;
+  ~block_pool() {
+    release(private_);
+    release(shared_.exchange(nullptr, std::memory_order_acquire));
   }
 
-  // Gives `p` back if it is one of ours; false otherwise.
-  bool give_back(void* p) noexcept {
-    auto* b = static_cast<unsigned char*>(p);
-    auto* first = blocks_[0].bytes;
-    if (b < first || b >= first + sizeof blocks_) return false;
-    const auto i = static_cast<unsigned>((b - first) / sizeof(block));
-    free_.fetch_or(std::uint64_t{1} << i, std::memory_order_release);
-    return true;
+  // A block; under the owner's lock. Throws std::bad_alloc.
+  void* take() {
+    if (private_ == nullptr) private_ = shared_.exchange(nullptr, std::memory_order_acquire);
+    if (node* n = private_) {
+      private_ = n->next;
+      return n;
+    }
+    return ::operator new(block_size);
+  }
+
+  // From any thread.
+  void give_back(void* p) noexcept {
+    node* n = ::new (p) node;
+    n->next = shared_.load(std::memory_order_relaxed);
+    while (!shared_.compare_exchange_weak(n->next, n, std::memory_order_release,
+                                          std::memory_order_relaxed)) {
+    }
   }
 
  private:
-  struct alignas(64) block {
-    unsigned char bytes[block_size];
+  struct node {
+    node* next;
   };
-  block blocks_[count];
-  std::atomic<std::uint64_t> free_{~std::uint64_t{0}};
+
+  static void release(node* n) noexcept {
+    while (n) {
+      node* next = n->next;
+      ::operator delete(n);
+      n = next;
+    }
+  }
+
+  node* private_ = nullptr;
+  std::atomic<node*> shared_{nullptr};
 };
 
 template <class T>
@@ -66,14 +82,16 @@ class pool_allocator {
   pool_allocator(const pool_allocator<U>& other) noexcept : pool_(other.pool_) {}
 
   T* allocate(std::size_t n) {
-    if (n * sizeof(T) <= block_pool::block_size && alignof(T) <= 64) {
-      if (void* p = pool_->take()) return static_cast<T*>(p);
-    }
+    if (fits(n)) return static_cast<T*>(pool_->take());
     return boost::asio::recycling_allocator<T>().allocate(n);
   }
 
   void deallocate(T* p, std::size_t n) noexcept {
-    if (!pool_->give_back(p)) boost::asio::recycling_allocator<T>().deallocate(p, n);
+    if (fits(n)) {
+      pool_->give_back(p);
+    } else {
+      boost::asio::recycling_allocator<T>().deallocate(p, n);
+    }
   }
 
   template <class U>
@@ -88,6 +106,12 @@ class pool_allocator {
  private:
   template <class U>
   friend class pool_allocator;
+
+  static constexpr bool fits(std::size_t n) noexcept {
+    return n == 1 && sizeof(T) <= block_pool::block_size &&
+           alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+  }
+
   block_pool* pool_;
 };
 
