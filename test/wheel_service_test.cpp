@@ -243,7 +243,7 @@ bool contains(const std::string& s, const std::string& part) {
 
 bool same_options(const twheel::wheel_options& a, const twheel::wheel_options& b) {
   return a.tick == b.tick && a.levels == b.levels && a.max_pending == b.max_pending &&
-         a.max_per_pass == b.max_per_pass;
+         a.max_per_pass == b.max_per_pass && a.single_threaded == b.single_threaded;
 }
 
 twheel::wheel_options options_with_tick(std::chrono::nanoseconds tick) {
@@ -1974,6 +1974,50 @@ BOOST_AUTO_TEST_CASE(context_destroyed_with_socket_reads_and_waits_pending) {
       BOOST_TEST(destroyed == expected);
       BOOST_TEST(socket_in_wait.expired(), "socket owned by a wait handler leaked");
       BOOST_TEST(timer_in_read.expired(), "timer owned by a read handler leaked");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// 17. Locking: none when the context is single-threaded
+// ---------------------------------------------------------------------------------------
+
+// The wheel takes its lock by default, not when the user declares the context
+// single-threaded, and not when Asio itself runs the io_context without locks; timers
+// behave the same either way (waits fire, aborts complete, counts stay exact).
+BOOST_AUTO_TEST_CASE(single_threaded_contexts_take_no_lock) {
+  struct setup {
+    const char* name;
+    int hint;
+    bool declare;
+    bool expect_locking;
+  };
+  for (const setup& c : {setup{"default", BOOST_ASIO_CONCURRENCY_HINT_DEFAULT, false, true},
+                         setup{"hint 1", 1, false, true},
+                         setup{"declared", BOOST_ASIO_CONCURRENCY_HINT_DEFAULT, true, false},
+                         setup{"unsafe hint", BOOST_ASIO_CONCURRENCY_HINT_UNSAFE, false, false}}) {
+    BOOST_TEST_CONTEXT(c.name) {
+      asio::io_context ctx(c.hint);
+      if (c.declare) {
+        twheel::wheel_options o;
+        o.single_threaded = true;
+        twheel::configure(ctx, o);
+      }
+      twheel::steady_timer fires(ctx), aborted(ctx);
+      BOOST_TEST(asio::use_service<twheel::wheel_service>(ctx).locking() == c.expect_locking);
+      std::vector<error_code> results;
+      fires.expires_after(5ms);
+      fires.async_wait([&](error_code ec) { results.push_back(ec); });
+      aborted.expires_after(10s);
+      aborted.async_wait([&](error_code ec) { results.push_back(ec); });
+      BOOST_TEST(aborted.cancel() == 1u);
+      BOOST_TEST(ctx.run() == 2u);
+      BOOST_TEST(results.size() == 2u);
+      if (results.size() == 2u) {
+        BOOST_TEST(results[0] == asio::error::operation_aborted);
+        BOOST_TEST(!results[1]);
+      }
+      BOOST_TEST(twheel::stats(ctx).pending == 0u);
     }
   }
 }
