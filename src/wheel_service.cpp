@@ -1,7 +1,9 @@
 // twheel/wheel_service: the wheel, its driver timer and the completion of waits.
 #include <twheel/wheel_service.hpp>
 
-#include <twheel/detail/context_locking.hpp>
+#include <twheel/detail/asio_scheduler.hpp>
+
+#include <utility>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -39,22 +41,20 @@ void wheel_service::validate(const wheel_options& options) {
   }
 }
 
-// The drain: one posted operation of the context per completed wait, as in Asio, so that
-// run_one() runs one handler and the handlers of a batch spread over the context's
-// threads. Every queued completion has its drain in flight, as every expired Asio timer
-// has its operation in the scheduler's queue: a smaller number would give the wheel's
-// handlers that many turns per cycle of a busy context's queue (they starved under the
-// soak), and a drain re-posted alone would wait behind the reactor's epoll_wait every
-// time. Their memory is recycled by the service's block pool.
-class wheel_service::drain_handler {
+// For a context without Asio's scheduler (not an io_context or a thread_pool): one posted
+// operation per settled wait, which runs its record or, destroyed unrun, destroys it.
+class wheel_service::record_runner {
  public:
-  using allocator_type = detail::pool_allocator<void>;
-  explicit drain_handler(wheel_service* s) noexcept : service_(s) {}
-  allocator_type get_allocator() const noexcept { return allocator_type(service_->posted_); }
-  void operator()() { service_->run_drain(); }
+  explicit record_runner(detail::completion* c) noexcept : record_(c) {}
+  record_runner(record_runner&& other) noexcept : record_(std::exchange(other.record_, nullptr)) {}
+  record_runner& operator=(record_runner&&) = delete;
+  ~record_runner() {
+    if (record_) record_->destroy();
+  }
+  void operator()() { std::exchange(record_, nullptr)->run(); }
 
  private:
-  wheel_service* service_;
+  detail::completion* record_;
 };
 
 class wheel_service::driver_handler {
@@ -89,6 +89,7 @@ void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
   if (auto* io = executor_.target<boost::asio::io_context::executor_type>()) {
     io_context_ = &io->context();
   }
+  scheduler_ = detail::scheduler_of(context());
   driver_.emplace(executor_);
   attached_.store(true, std::memory_order_release);
 }
@@ -130,7 +131,7 @@ void wheel_service::file_wait(detail::timer_state& timer, std::chrono::nanosecon
 void wheel_service::unfile_wait(detail::timer_state& timer) noexcept {
   --stats_.pending;
   if (!timer.has_waits()) wheel_.remove(timer);
-  ready_.unreserve();
+  records_.unreserve();
 }
 
 bool wheel_service::start_boxed_wait(detail::timer_state& timer,
@@ -144,13 +145,12 @@ bool wheel_service::start_boxed_wait(detail::timer_state& timer,
     return true;
   }
   if (timer.has_waits()) return false;
-  ready_.reserve();
+  records_.reserve();
   if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
-    detail::completion& c = ready_.push();
-    c.box.take(handler);
-    c.result = detail::wait_result::no_buffer_space;
+    settled rejected;
+    settle_box(handler, detail::wait_result::no_buffer_space, rejected);
     ++stats_.rejected;
-    ensure_drain();
+    hand_over(rejected);
     return true;
   }
   timer.box.take(handler);
@@ -175,15 +175,13 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
     op->destroy();
     return;
   }
-  ready_.reserve();
+  records_.reserve();
   op->set_canceller(canceller);
   if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
-    settle(op, detail::wait_result::no_buffer_space);
-    detail::completion& c = ready_.push();
-    c.box.emplace_op(op);
-    c.result = detail::wait_result::no_buffer_space;
+    settled rejected;
+    settle_op(op, detail::wait_result::no_buffer_space, rejected);
     ++stats_.rejected;
-    ensure_drain();
+    hand_over(rejected);
     return;
   }
   timer.waits.push(op);
@@ -205,7 +203,7 @@ void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanosecond
     op->destroy();
     return;
   }
-  ready_.reserve();
+  records_.reserve();
   timer.waits.push(op);
   try {
     file_wait(timer, deadline);
@@ -220,49 +218,80 @@ bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) 
   lock_type lock(mutex_);
   if (!timer.waits.erase(op)) return false;
   --stats_.pending;
-  ready_.unreserve();
+  records_.unreserve();
   if (timer.waits.empty()) wheel_.remove(timer);
   if (stats_.pending == 0) disarm_driver();
   return true;
 }
 
-// Moves up to `max` waits of `timer`, oldest first, to the completion queue. Uses up their
+void wheel_service::settle_box(detail::handler_box& box, detail::wait_result result,
+                               settled& out) noexcept {
+  detail::completion& c = records_.emplace();
+  c.box.take(box);
+  c.result = result;
+  out.ops.push(&c);
+  ++out.count;
+}
+
+void wheel_service::settle_op(detail::wait_op* op, detail::wait_result result,
+                              settled& out) noexcept {
+  settle(op, result);
+  detail::completion& c = records_.emplace();
+  c.box.emplace_op(op);
+  c.result = result;
+  out.ops.push(&c);
+  ++out.count;
+}
+
+// Moves up to `max` waits of `timer`, oldest first, into records. Uses up their
 // reservations; never allocates.
 std::size_t wheel_service::settle_waits(detail::timer_state& timer, std::size_t max,
-                                        detail::wait_result result) noexcept {
+                                        detail::wait_result result, settled& out) noexcept {
   std::size_t count = 0;
   if (max != 0 && !timer.box.empty()) {
-    detail::completion& c = ready_.push();
-    c.box.take(timer.box);
-    c.result = result;
+    settle_box(timer.box, result, out);
     ++count;
   }
-  while (count < max && !timer.waits.empty()) {
-    detail::wait_op* op = timer.waits.pop();
-    settle(op, result);
-    detail::completion& c = ready_.push();
-    c.box.emplace_op(op);
-    c.result = result;
-    ++count;
+  for (; count < max && !timer.waits.empty(); ++count) {
+    settle_op(timer.waits.pop(), result, out);
   }
   return count;
 }
 
 std::size_t wheel_service::abort_waits(detail::timer_state& timer, std::size_t max) noexcept {
-  const std::size_t count = settle_waits(timer, max, detail::wait_result::aborted);
+  settled aborted;
+  const std::size_t count = settle_waits(timer, max, detail::wait_result::aborted, aborted);
   if (count != 0) {
     stats_.pending -= count;
     stats_.cancelled += count;
-    after_settle();
+    hand_over(aborted);
+    // No wait left: nothing may keep run() from returning.
+    if (stats_.pending == 0) disarm_driver();
   }
   return count;
 }
 
-// After waits were settled outside a driver pass: their handlers need drains, and if no
-// wait is left, nothing may keep run() from returning.
-void wheel_service::after_settle() noexcept {
-  ensure_drain();
-  if (stats_.pending == 0) disarm_driver();
+// Gives settled waits to the context, each one operation. Called under the lock, so that
+// run() cannot see the context out of work between settling and handing over. Asio's
+// scheduler counts the batch's work with one atomic add and queues it under one lock.
+void wheel_service::hand_over(settled& batch) noexcept {
+  if (batch.count == 0) return;
+  if (scheduler_) {
+    scheduler_->post_immediate_completions(batch.count, batch.ops, false);
+    batch.count = 0;
+    return;
+  }
+  stranded_.push(batch.ops);
+  batch.count = 0;
+  while (auto* op = stranded_.front()) {
+    try {
+      boost::asio::post(executor_, record_runner(static_cast<detail::completion*>(op)));
+    } catch (...) {
+      // Out of memory: the rest stay here until the next hand-over.
+      return;
+    }
+    stranded_.pop();
+  }
 }
 
 std::size_t wheel_service::cancel(detail::timer_state& timer) {
@@ -310,15 +339,13 @@ void wheel_service::cancel_wait(detail::wait_canceller& canceller) noexcept {
   lock_type lock(mutex_);
   detail::timer_state* timer = canceller.timer_;
   if (timer == nullptr || !timer->waits.erase(canceller.op_)) return;
-  detail::wait_op* op = canceller.op_;
-  settle(op, detail::wait_result::aborted);
-  detail::completion& c = ready_.push();
-  c.box.emplace_op(op);
-  c.result = detail::wait_result::aborted;
+  settled aborted;
+  settle_op(canceller.op_, detail::wait_result::aborted, aborted);
   --stats_.pending;
   ++stats_.cancelled;
   if (!timer->has_waits()) wheel_.remove(*timer);
-  after_settle();
+  hand_over(aborted);
+  if (stats_.pending == 0) disarm_driver();
 }
 
 void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept {
@@ -327,29 +354,6 @@ void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept
   canceller.op_->set_canceller(nullptr);
   canceller.timer_ = nullptr;
   canceller.service_.store(nullptr, std::memory_order_release);
-}
-
-// Posts drains until every queued completion has one.
-void wheel_service::ensure_drain() noexcept {
-  while (drains_posted_ < ready_.size() && post_drain()) {
-  }
-}
-
-bool wheel_service::post_drain() noexcept {
-  try {
-    if (io_context_) {
-      // The concrete executor honours the handler's allocator: the service's pool.
-      boost::asio::post(io_context_->get_executor(), drain_handler(this));
-    } else {
-      boost::asio::post(executor_, drain_handler(this));
-    }
-    ++drains_posted_;
-    return true;
-  } catch (...) {
-    // Out of memory for a new block. The completions stay queued; the drains in flight
-    // (the first never needs a new block) post the missing ones when they run.
-    return false;
-  }
 }
 
 void wheel_service::ensure_driver() {
@@ -393,12 +397,12 @@ void wheel_service::disarm_driver() noexcept {
   }
 }
 
-// A driver pass: detaches the due timers, queues their waits, and runs the first of them
-// as this operation's handler (so that a pass is one operation of the context with one
-// handler, as an expiring Asio timer is); the rest go to the drain.
+// A driver pass: detaches the due timers and settles their waits; the first handler runs
+// as this operation's own (so that a pass is one operation of the context with one
+// handler, as an expiring Asio timer is), the others go to the context.
 void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
                               const boost::system::error_code& ec) {
-  detail::completion first;
+  detail::completion* first = nullptr;
   {
     lock_type lock(mutex_);
     // A superseded arm, a disarm or shutdown: a newer arm (if any) is still pending.
@@ -409,35 +413,27 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     ++stats_.wakeups;
     wheel_entry_list due;
     wheel_.advance(wheel_time(clock_type::now()), due, options_.max_per_pass);
+    settled fired;
     while (!due.empty()) {
       auto& timer = static_cast<detail::timer_state&>(due.pop_front());
-      const std::size_t fired =
-          settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success);
-      stats_.pending -= fired;
-      stats_.fired += fired;
+      const std::size_t count =
+          settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
+      stats_.pending -= count;
+      stats_.fired += count;
     }
-    // Every drain in flight must find a completion to run (one handler per operation):
-    // take the first only if one is left for each.
-    if (ready_.size() > drains_posted_) ready_.pop(first);
-    ensure_drain();
+    if (fired.count != 0) {
+      first = static_cast<detail::completion*>(fired.ops.front());
+      fired.ops.pop();
+      --fired.count;
+      hand_over(fired);
+    }
     if (stats_.pending != 0) ensure_driver();
   }
-  if (!first.box.empty()) first.box.complete(first.result, true);
-}
-
-void wheel_service::run_drain() {
-  detail::completion next;
-  {
-    lock_type lock(mutex_);
-    --drains_posted_;
-    if (!ready_.empty()) ready_.pop(next);
-    // Before the upcall, so that other threads can take the next ones meanwhile.
-    ensure_drain();
-  }
-  if (!next.box.empty()) next.box.complete(next.result, true);
+  if (first) first->run();
 }
 
 void wheel_service::shutdown() {
+  settled doomed;
   {
     lock_type lock(mutex_);
     shut_down_ = true;
@@ -445,25 +441,20 @@ void wheel_service::shutdown() {
     wheel_.detach_all(all);
     while (!all.empty()) {
       auto& timer = static_cast<detail::timer_state&>(all.pop_front());
-      settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::aborted);
+      settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::aborted, doomed);
     }
+    records_.unreserve_all();
     stats_.pending = 0;
     ++generation_;
     armed_at_.reset();
+    // The scheduler shuts down after us and destroys what it holds, ours included.
+    if (scheduler_) hand_over(doomed);
+    doomed.ops.push(stranded_);
   }
-  // Destroying handlers may destroy timers, which call back into destroy(): unlocked, one
-  // at a time.
-  for (;;) {
-    detail::completion doomed;
-    {
-      lock_type lock(mutex_);
-      if (ready_.empty()) {
-        ready_.unreserve_all();
-        break;
-      }
-      ready_.pop(doomed);
-    }
-    doomed.box.complete(doomed.result, false);
+  // Destroying handlers may destroy timers, which call back into destroy(): unlocked.
+  while (auto* op = doomed.ops.front()) {
+    doomed.ops.pop();
+    op->destroy();
   }
   // The driver's service was registered after us, so it is destroyed before us: let go
   // of the driver while that service is still there.

@@ -3,6 +3,7 @@
 #define TWHEEL_WHEEL_SERVICE_HPP
 
 #include <twheel/detail/completion_queue.hpp>
+#include <twheel/detail/asio_scheduler.hpp>
 #include <twheel/detail/block_pool.hpp>
 #include <twheel/detail/op_queue.hpp>
 #include <twheel/detail/service_lock.hpp>
@@ -194,7 +195,7 @@ class wheel_service : public boost::asio::execution_context::service {
 
  private:
   using lock_type = detail::service_lock;
-  class drain_handler;
+  class record_runner;
   class driver_handler;
 
   void shutdown() override;
@@ -202,6 +203,12 @@ class wheel_service : public boost::asio::execution_context::service {
   template <class Handler, class IoExecutor, class Slot>
   void start_allocated_wait(detail::timer_state& timer, clock_type::time_point deadline,
                             Handler& handler, const IoExecutor& io_ex, Slot& slot);
+
+  // Waits settled under the lock, to be handed to the context in one batch.
+  struct settled {
+    detail::scheduler_op_queue ops;
+    std::size_t count = 0;
+  };
 
   // Files a wait whose handler is in `handler` (moved into the timer) unless the timer
   // already has a wait: then returns false and leaves `handler` as it was.
@@ -211,16 +218,15 @@ class wheel_service : public boost::asio::execution_context::service {
                   detail::wait_op* op, detail::wait_canceller* canceller);
   void file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline);
   void unfile_wait(detail::timer_state& timer) noexcept;
+  void settle_box(detail::handler_box& box, detail::wait_result result, settled& out) noexcept;
+  void settle_op(detail::wait_op* op, detail::wait_result result, settled& out) noexcept;
   std::size_t settle_waits(detail::timer_state& timer, std::size_t max,
-                           detail::wait_result result) noexcept;
+                           detail::wait_result result, settled& out) noexcept;
   std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept;
-  void after_settle() noexcept;
-  void ensure_drain() noexcept;
-  bool post_drain() noexcept;
+  void hand_over(settled& batch) noexcept;
   void ensure_driver();
   void arm_driver(std::chrono::nanoseconds at);
   void on_driver(std::uint64_t generation, bool from_timer, const boost::system::error_code& ec);
-  void run_drain();
   void disarm_driver() noexcept;
   void attach_executor(boost::asio::any_io_executor ex);
   template <class Executor>
@@ -233,15 +239,16 @@ class wheel_service : public boost::asio::execution_context::service {
   clock_type::time_point origin_;
   mutable detail::service_mutex mutex_;
   timing_wheel wheel_;
-  detail::completion_queue ready_;             // settled waits awaiting their handlers
-  std::size_t drains_posted_ = 0;              // drains in flight, each owed a completion
+  detail::completion_queue records_;           // settled waits, reserved per pending wait
+  detail::scheduler_op_queue stranded_;        // records no executor took (out of memory)
+  boost::asio::detail::scheduler* scheduler_ = nullptr;  // the context's, if it has one
   bool shut_down_ = false;
   std::optional<boost::asio::steady_timer> driver_;
   std::optional<std::chrono::nanoseconds> armed_at_;  // driver's deadline, if armed
   bool timer_armed_ = false;                   // driver_ has a wait we still want
   std::uint64_t generation_ = 0;               // bumped on every (re)arm and disarm
   wheel_stats stats_;
-  detail::block_pool posted_;                  // the memory of drains and driver waits
+  detail::block_pool posted_;                  // the memory of the driver's waits
 };
 
 }  // namespace twheel

@@ -1,159 +1,221 @@
-// twheel/detail/completion_queue.hpp: the FIFO of settled waits awaiting their handlers,
-// in contiguous blocks, with room reserved ahead for every pending wait.
+// twheel/detail/completion_queue.hpp: the records of settled waits, each one operation of
+// the context's scheduler, carved out of contiguous blocks with room reserved ahead for
+// every pending wait.
 //
-// Why contiguous: at a million timers the completions of a batch are run long after they
-// were queued; walking a linked list of operations scattered over the heap costs a cache
-// miss per handler, walking blocks of records costs one per 127 handlers' worth of lines
-// that the prefetcher already saw coming.
+// Why records are the scheduler's operations: each completed wait must be one operation of
+// the context (run_one() runs one handler, and the handlers of a batch spread over the
+// threads, as in Asio), and every ready one must be in the scheduler's queue (a handler
+// that waits for a turn of its own starves behind a busy context). Asio's timers queue
+// their operations, allocated at async_wait; twheel queues these records, handed over in
+// one batch per call (one lock and one atomic add for the batch), with no allocation.
+//
+// Why contiguous: at a million timers, completing a batch long after it was queued costs a
+// cache miss per handler when the operations are scattered over the heap; consecutive
+// records share cache lines and the prefetcher sees them coming.
 //
 // Why reserved: a wait is settled by cancel(), expires_at(), the timer's destructor, a
 // cancellation slot or the driver, and none of those may fail or allocate (Asio's do not).
 // So async_wait() reserves the record its wait will need (and may throw bad_alloc, as
 // Asio's async_wait may); settling only uses up the reservation.
+//
+// A record is released by whichever thread completes it; a block goes back to the spares
+// when all its records were released (an atomic count per block, and a lock-free list
+// that the owner takes over whole).
 #ifndef TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 #define TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 
 #include <twheel/detail/handler_box.hpp>
 
+#include <boost/asio/detail/op_queue.hpp>
+#include <boost/asio/detail/scheduler_operation.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <atomic>
 #include <cassert>
 #include <cstddef>
+#include <cstdint>
+#include <new>
 
 namespace twheel::detail {
 
-class completion_queue {
+using scheduler_op = boost::asio::detail::scheduler_operation;
+using scheduler_op_queue = boost::asio::detail::op_queue<scheduler_op>;
+
+class completion_queue;
+
+// A settled wait: its handler and how the wait ended. Completing it (a non-null owner)
+// invokes the handler; destroying it (null owner: the context shut down) does not.
+class completion final : public scheduler_op {
  public:
-  static constexpr std::size_t per_block = 127;  // a block is just under 4 KiB
+  completion() noexcept : scheduler_op(&completion::do_complete) {}
+
+  handler_box box;
+  wait_result result = wait_result::success;
+
+  // Runs the record outside any queue (the driver's first handler): as the scheduler would.
+  void run() { do_complete(this, this, boost::system::error_code(), 0); }
+
+ private:
+  static void do_complete(void* owner, scheduler_op* base, const boost::system::error_code&,
+                          std::size_t);
+};
+
+class completion_queue {
+  static constexpr std::size_t block_bytes = 8192;  // a power of two: blocks are aligned to it
+
+  struct block_header {
+    block_header* next = nullptr;
+    completion_queue* queue = nullptr;
+    std::atomic<std::size_t> released{0};
+  };
+
+ public:
+  static constexpr std::size_t per_block =
+      (block_bytes - sizeof(block_header)) / sizeof(completion);
 
   completion_queue() noexcept = default;
   completion_queue(const completion_queue&) = delete;
   completion_queue& operator=(const completion_queue&) = delete;
   ~completion_queue() {
-    // The owner destroys what is left (clear()) before the queue goes.
-    assert(empty());
-    free_chain(head_);
+    // Every record handed out was completed or destroyed by the scheduler by now (the
+    // context destroys its services after shutting all of them down).
+    free_chain(tail_);
     free_chain(spare_);
+    free_chain(recycled_.exchange(nullptr, std::memory_order_acquire));
   }
 
-  bool empty() const noexcept { return size_ == 0; }
-  std::size_t size() const noexcept { return size_; }
   std::size_t reserved() const noexcept { return reserved_; }
 
   // Makes room for one more settled wait later. Throws std::bad_alloc (nothing changed).
   void reserve() {
-    if (available() < reserved_ + 1) add_spare();
+    if (available() < reserved_ + 1) {
+      reclaim();
+      if (available() < reserved_ + 1) add_spare();
+    }
     ++reserved_;
   }
   // Gives back a reservation that will not be used (a wait taken back unsettled).
   void unreserve() noexcept {
     assert(reserved_ > 0);
     --reserved_;
-    trim();
   }
   // Drops every reservation (shutdown: no wait will be settled any more).
   void unreserve_all() noexcept { reserved_ = 0; }
 
-  // Appends a settled wait, using up a reservation. Never allocates.
-  completion& push() noexcept {
+  // A fresh record for a settled wait, using up a reservation. Never allocates.
+  completion& emplace() noexcept {
     assert(reserved_ > 0);
     --reserved_;
-    if (tail_ == nullptr) {
-      head_ = tail_ = take_spare();
-      head_index_ = tail_index_ = 0;
-    } else if (tail_index_ == per_block) {
-      block* b = take_spare();
-      tail_->next = b;
+    if (tail_ == nullptr || tail_index_ == per_block) {
+      // The full block leaves our hands: the last of its records to be released recycles it.
+      block_header* b = take_spare();
       tail_ = b;
       tail_index_ = 0;
     }
-    ++size_;
-    return tail_->items[tail_index_++];
+    return items(tail_)[tail_index_++];
   }
 
-  // Moves the oldest settled wait into `out` (an empty completion). Precondition: !empty().
-  void pop(completion& out) noexcept {
-    assert(!empty());
-    out.take(head_->items[head_index_++]);
-    --size_;
-    if (size_ == 0) {
-      // Start over at the front of the block: it is warm and no record is live in it.
-      free_chain_to_spare(head_->next);
-      head_->next = nullptr;
-      tail_ = head_;
-      head_index_ = tail_index_ = 0;
-    } else if (head_index_ == per_block) {
-      block* done = head_;
-      head_ = head_->next;
-      head_index_ = 0;
-      done->next = spare_;
-      spare_ = done;
-      ++spares_;
+  // Called by a record's completion, on any thread.
+  static void release(completion& c) noexcept {
+    block_header* b = block_of(c);
+    if (b->released.fetch_add(1, std::memory_order_acq_rel) + 1 == per_block) {
+      b->queue->recycle(b);
     }
-    trim();
   }
 
  private:
-  struct block {
-    block* next = nullptr;
-    completion items[per_block];
-  };
+  static completion* items(block_header* b) noexcept {
+    return std::launder(reinterpret_cast<completion*>(b + 1));
+  }
+  static block_header* block_of(completion& c) noexcept {
+    return reinterpret_cast<block_header*>(reinterpret_cast<std::uintptr_t>(&c) &
+                                           ~std::uintptr_t{block_bytes - 1});
+  }
 
-  // Records that can be pushed without allocating.
   std::size_t available() const noexcept {
     return (tail_ ? per_block - tail_index_ : 0) + spares_ * per_block;
   }
 
   void add_spare() {
-    block* b = new block;
+    void* p = ::operator new(block_bytes, std::align_val_t(block_bytes));
+    auto* b = ::new (p) block_header;
+    b->queue = this;
+    completion* it = items(b);
+    for (std::size_t i = 0; i < per_block; ++i) ::new (static_cast<void*>(it + i)) completion;
+    push_spare(b);
+  }
+
+  void push_spare(block_header* b) noexcept {
     b->next = spare_;
     spare_ = b;
     ++spares_;
   }
 
-  block* take_spare() noexcept {
+  block_header* take_spare() noexcept {
     assert(spare_ != nullptr);  // guaranteed by the reservations
-    block* b = spare_;
+    block_header* b = spare_;
     spare_ = b->next;
     b->next = nullptr;
+    b->released.store(0, std::memory_order_relaxed);
     --spares_;
     return b;
   }
 
-  // Frees spare blocks no reservation needs, keeping a couple so that a steady flow of
-  // waits does not allocate and free a block at every turn.
-  void trim() noexcept {
+  // From any thread: a block all of whose records were released.
+  void recycle(block_header* b) noexcept {
+    b->next = recycled_.load(std::memory_order_relaxed);
+    while (!recycled_.compare_exchange_weak(b->next, b, std::memory_order_release,
+                                            std::memory_order_relaxed)) {
+    }
+  }
+
+  // Takes the recycled blocks back, and frees the spares no reservation needs (keeping a
+  // couple, so that a steady flow of waits does not allocate a block at every turn).
+  void reclaim() noexcept {
+    block_header* b = recycled_.exchange(nullptr, std::memory_order_acquire);
+    while (b) {
+      block_header* next = b->next;
+      push_spare(b);
+      b = next;
+    }
     while (spares_ > 2 && available() - per_block >= reserved_ + 2 * per_block) {
-      block* b = take_spare();
-      delete b;
+      destroy_block(take_spare());
     }
   }
 
-  void free_chain_to_spare(block* b) noexcept {
+  static void destroy_block(block_header* b) noexcept {
+    completion* it = items(b);
+    for (std::size_t i = 0; i < per_block; ++i) it[i].~completion();
+    b->~block_header();
+    ::operator delete(static_cast<void*>(b), std::align_val_t(block_bytes));
+  }
+
+  static void free_chain(block_header* b) noexcept {
     while (b) {
-      block* next = b->next;
-      b->next = spare_;
-      spare_ = b;
-      ++spares_;
+      block_header* next = b->next;
+      destroy_block(b);
       b = next;
     }
   }
 
-  static void free_chain(block* b) noexcept {
-    while (b) {
-      block* next = b->next;
-      delete b;
-      b = next;
-    }
-  }
-
-  block* head_ = nullptr;
-  block* tail_ = nullptr;
-  std::size_t head_index_ = 0;
+  block_header* tail_ = nullptr;  // the block records are taken from
   std::size_t tail_index_ = 0;
-  std::size_t size_ = 0;
   std::size_t reserved_ = 0;
-  block* spare_ = nullptr;
+  block_header* spare_ = nullptr;
   std::size_t spares_ = 0;
+  std::atomic<block_header*> recycled_{nullptr};
 };
+
+inline void completion::do_complete(void* owner, scheduler_op* base,
+                                    const boost::system::error_code&, std::size_t) {
+  auto* self = static_cast<completion*>(base);
+  // The record is released before the upcall (Asio's rule for operation memory).
+  handler_box handler;
+  handler.take(self->box);
+  const wait_result result = self->result;
+  completion_queue::release(*self);
+  handler.complete(result, owner != nullptr);
+}
 
 }  // namespace twheel::detail
 

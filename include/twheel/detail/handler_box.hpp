@@ -78,17 +78,6 @@ class handler_box {
   alignas(8) unsigned char storage_[capacity];
 };
 
-// A settled wait in the completion queue: its handler and how the wait ended.
-struct completion {
-  handler_box box;
-  wait_result result = wait_result::success;
-
-  void take(completion& other) noexcept {
-    box.take(other.box);
-    result = other.result;
-  }
-};
-
 struct no_executor_association {};
 struct no_allocator_association {};
 

@@ -1,0 +1,61 @@
+// twheel/detail/asio_scheduler.hpp: what the wheel uses of Asio's scheduler, the engine
+// of io_context and thread_pool.
+//
+// The one place twheel reaches into Asio's detail namespace, for two things:
+// - handing settled waits to the scheduler as its own operations, in batches:
+//   scheduler::post_immediate_completions(n, ops, is_continuation) and
+//   scheduler_operation, unchanged from Boost 1.81 to 1.89 (checked by the Boost matrix
+//   in CI, which builds and runs every suite against each);
+// - whether Asio runs the context without locks: Asio 1.33 (Boost 1.87) and later answer
+//   through the public boost::asio::config; before that, only the scheduler knows its
+//   concurrency hint.
+// A context without such a scheduler (a user's own execution_context, or io_context on
+// Windows, which runs on IOCP) gets one posted operation per settled wait instead.
+#ifndef TWHEEL_DETAIL_ASIO_SCHEDULER_HPP
+#define TWHEEL_DETAIL_ASIO_SCHEDULER_HPP
+
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/version.hpp>
+
+#include <boost/asio/detail/scheduler.hpp>
+#if BOOST_ASIO_VERSION >= 103300
+#include <boost/asio/config.hpp>
+#else
+#include <boost/asio/detail/concurrency_hint.hpp>
+#endif
+
+namespace twheel::detail {
+
+// The scheduler that runs `ctx`'s handlers, or null.
+inline boost::asio::detail::scheduler* scheduler_of(boost::asio::execution_context& ctx) {
+#if defined(BOOST_ASIO_HAS_IOCP)
+  // io_context runs on win_iocp_io_context there; a thread_pool still has a scheduler,
+  // but telling the two apart needs more than the registry says.
+  (void)ctx;
+  return nullptr;
+#else
+  using scheduler = boost::asio::detail::scheduler;
+  return boost::asio::has_service<scheduler>(ctx) ? &boost::asio::use_service<scheduler>(ctx)
+                                                  : nullptr;
+#endif
+}
+
+// True when `ctx` (an io_context or a thread_pool) has a scheduler that takes no lock
+// (created with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE): it only ever runs on one thread.
+inline bool asio_runs_unlocked(boost::asio::execution_context& ctx) {
+#if BOOST_ASIO_VERSION >= 103300
+  return !boost::asio::config(ctx).get("scheduler", "locking", true);
+#elif !defined(BOOST_ASIO_HAS_IOCP)
+  using scheduler = boost::asio::detail::scheduler;
+  if (!boost::asio::has_service<scheduler>(ctx)) return false;
+  const int hint = boost::asio::use_service<scheduler>(ctx).concurrency_hint();
+  return !BOOST_ASIO_CONCURRENCY_HINT_IS_LOCKING(SCHEDULER, hint);
+#else
+  return false;
+#endif
+}
+
+}  // namespace twheel::detail
+
+#endif  // TWHEEL_DETAIL_ASIO_SCHEDULER_HPP
