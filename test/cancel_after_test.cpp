@@ -1692,7 +1692,7 @@ using namespace boost::asio;  // brings in boost::asio::cancel_after (Boost 1.86
 // An unqualified call names Asio's cancel_after: a steady_timer per operation, not the
 // wheel (README, "cancel_after and boost::asio::cancel_after").
 static_assert(std::is_same_v<decltype(cancel_after(1s, detached)),
-                             boost::asio::cancel_after_t<detached_t>>);
+                             boost::asio::cancel_after_t<detached_t, std::chrono::steady_clock>>);
 // The qualified name is twheel's, whatever is in scope.
 static_assert(std::is_same_v<decltype(twheel::cancel_after(1s, detached)),
                              twheel::cancel_after_t<detached_t>>);
@@ -1700,7 +1700,17 @@ static_assert(std::is_same_v<decltype(twheel::cancel_after(1s, detached)),
 // Argument-dependent lookup finds Asio's too, without any using-directive, when the
 // token is one of Asio's (use_awaitable, deferred, detached, as_tuple(...), ...).
 static_assert(std::is_same_v<decltype(cancel_after(1s, asio::detached)),
-                             asio::cancel_after_t<asio::detached_t>>);
+                             asio::cancel_after_t<asio::detached_t, std::chrono::steady_clock>>);
+namespace twheel_names {
+using namespace twheel;
+// Even with only twheel's names in scope: an Asio token brings Asio's cancel_after in by
+// argument-dependent lookup, and for any duration but steady_clock::duration itself it is
+// the better match (an exact template match against a conversion).
+static_assert(std::is_same_v<decltype(cancel_after(1s, asio::detached)),
+                             asio::cancel_after_t<asio::detached_t, std::chrono::steady_clock>>);
+static_assert(std::is_same_v<decltype(cancel_after(wall::duration(1s), asio::detached)),
+                             twheel::cancel_after_t<asio::detached_t>>);
+}  // namespace twheel_names
 
 // With `using namespace boost::asio;` in force, the qualified twheel::cancel_after still
 // files its timeout in the wheel, and Asio's own cancel_after keeps working beside it.
