@@ -34,20 +34,23 @@ check_one() {
   build=${build:-build-asio/asio-$dotted}
   local t0=$SECONDS
   echo "== Asio $dotted from $inc, in $build"
+  # Every step says `|| return 1`: `set -e` does not apply inside a function called as
+  # `check_one ... || ...` (the loop below), so a failure must be returned by hand.
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTWHEEL_WERROR=ON \
-    -DTWHEEL_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="-isystem $(cd "$inc" && pwd)" >/dev/null
-  cmake --build "$build" -j"${TWHEEL_JOBS:-2}"
-  # Which Asio the suite really compiled against (a stale cache or a wrong path would
-  # otherwise pass silently).
+    -DTWHEEL_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS="-isystem $(cd "$inc" && pwd)" >/dev/null ||
+    return 1
+  cmake --build "$build" -j"${TWHEEL_JOBS:-2}" || return 1
+  # The compiler must find this Asio before the installed one (otherwise the run would
+  # test the installed Asio and pass silently).
   local seen
   seen=$(printf '#include <boost/asio/version.hpp>\nBOOST_ASIO_VERSION\n' |
-    "${CXX:-c++}" -isystem "$inc" -E -P -x c++ - | tail -n 1)
+    "${CXX:-c++}" -isystem "$inc" -E -P -x c++ - | tail -n 1) || return 1
   if [ "$seen" != "$version" ]; then
     echo "asio_matrix: expected BOOST_ASIO_VERSION $version, the compiler sees $seen" >&2
     return 1
   fi
   (cd "$build" && ctest --output-on-failure -j"${TWHEEL_JOBS:-2}" --timeout 600 \
-    -LE 'soak|package|docs')
+    -LE 'soak|package|docs') || { echo "== Asio $dotted: FAILED"; return 1; }
   echo "== Asio $dotted: passed in $((SECONDS - t0)) s"
 }
 
