@@ -17,18 +17,28 @@
 #include <twheel/steady_timer.hpp>
 #include <twheel/wheel_service.hpp>
 
+#include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/version.hpp>
+#if BOOST_ASIO_VERSION >= 103200 && __has_include(<boost/asio/cancel_after.hpp>)
+#include <boost/asio/cancel_after.hpp>
+#endif
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
+#if __has_include(<boost/asio/bind_immediate_executor.hpp>)
+#include <boost/asio/bind_immediate_executor.hpp>
+#endif
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/consign.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prepend.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -1488,6 +1498,248 @@ BOOST_AUTO_TEST_CASE(completion_racing_the_initiation) {
   BOOST_TEST(mem.live.load() == 0);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+// Asio versions. twheel/detail/asio_compat.hpp is the one place that reads Asio internals
+// which differ between versions (the I/O executor behind other token adapters). The
+// asio_compat suite checks it through every adapter on the Asio this suite is built
+// with, so the matrix (scripts/asio_matrix.sh) fails there, by name, on the version where
+// an adapter changes shape.
+// ---------------------------------------------------------------------------------------
+namespace {
+
+// A completion token whose async_result only looks at the initiation it is handed (after
+// the adapters around it have wrapped it) and records the context of the executor that
+// io_executor_of() finds there (null: none).
+struct executor_probe {
+  asio::execution_context** seen;
+};
+
+struct executor_probe_initiation {
+  using executor_type = asio::io_context::executor_type;
+  executor_type ex;
+  executor_type get_executor() const noexcept { return ex; }
+  template <class Handler, class... Args>
+  void operator()(Handler&&, Args&&...) const {}
+};
+
+template <class Token>
+void start_probe(asio::io_context& ctx, Token&& token) {
+  asio::async_initiate<Token, void(error_code, std::size_t)>(executor_probe_initiation{ctx.get_executor()},
+                                                              token, 42);
+}
+
+}  // namespace
+
+namespace boost::asio {
+template <class... Signatures>
+struct async_result<executor_probe, Signatures...> {
+  using return_type = void;
+  template <class Initiation, class RawToken, class... Args>
+  static void initiate(Initiation&& init, RawToken&& token, Args&&... args) {
+    auto ex = twheel::detail::compat::io_executor_of(init, args...);
+    if constexpr (std::is_same_v<decltype(ex), system_executor>) {
+      *token.seen = nullptr;
+    } else {
+      *token.seen = &query(ex, execution::context);
+    }
+  }
+};
+}  // namespace boost::asio
+
+BOOST_AUTO_TEST_SUITE(asio_compat)
+
+BOOST_AUTO_TEST_CASE(io_executor_is_seen_through_every_token_adapter) {
+  BOOST_TEST_MESSAGE("Asio " << BOOST_ASIO_VERSION / 100000 << "." << BOOST_ASIO_VERSION / 100 % 1000
+                             << "." << BOOST_ASIO_VERSION % 100 << ": adapter internals read: "
+                             << twheel::detail::compat::reads_adapter_internals);
+  static_assert(twheel::detail::compat::reads_adapter_internals == (BOOST_ASIO_VERSION < 103200));
+  asio::io_context ctx;
+  asio::io_context other;  // bind_executor's: must not be taken for the I/O executor
+  error_code ec;
+  asio::cancellation_signal sig;
+  counting_allocator<void> alloc(nullptr);
+  auto check = [&](const char* name, auto make_token) {
+    asio::execution_context* seen = nullptr;
+    start_probe(ctx, make_token(executor_probe{&seen}));
+    BOOST_TEST(seen == &ctx, name << ": " << (seen ? "another context" : "no executor"));
+  };
+  check("plain", [](auto p) { return p; });
+  check("as_tuple", [](auto p) { return asio::as_tuple(p); });
+  check("redirect_error", [&](auto p) { return asio::redirect_error(p, ec); });
+  check("bind_executor", [&](auto p) { return asio::bind_executor(other, p); });
+  check("bind_allocator", [&](auto p) { return asio::bind_allocator(alloc, p); });
+  check("bind_cancellation_slot", [&](auto p) { return asio::bind_cancellation_slot(sig.slot(), p); });
+  check("append", [](auto p) { return asio::append(p, 1); });
+  check("prepend", [](auto p) { return asio::prepend(p, 1); });
+  check("consign", [](auto p) { return asio::consign(p, std::make_shared<int>(1)); });
+#if __has_include(<boost/asio/bind_immediate_executor.hpp>)
+  check("bind_immediate_executor",
+        [&](auto p) { return asio::bind_immediate_executor(other.get_executor(), p); });
+#endif
+  check("as_tuple(redirect_error)", [&](auto p) { return asio::as_tuple(asio::redirect_error(p, ec)); });
+  check("redirect_error(bind_executor(as_tuple))", [&](auto p) {
+    return asio::redirect_error(asio::bind_executor(other, asio::as_tuple(p)), ec);
+  });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+// The forms newer Asio users write: the partial cancel_after(timeout) / cancel_at(deadline)
+// used as a completion token, and the qualified twheel::cancel_after beside Asio's own.
+BOOST_AUTO_TEST_SUITE(newer_asio_forms)
+
+namespace {
+
+// Boost 1.81 to 1.85: the partial form needs an I/O executor that names a default
+// completion token; use_awaitable's executor_with_default does.
+asio::awaitable<void> read_partial(tcp::socket& s, bool absolute, error_code& got,
+                                   wall::duration& took) {
+  auto sock = asio::use_awaitable_t<>::as_default_on(std::move(s));
+  std::array<char, 8> buf{};
+  const auto t0 = wall::now();
+  try {
+    if (absolute) {
+      co_await sock.async_read_some(asio::buffer(buf), twheel::cancel_at(t0 + 30ms));
+    } else {
+      co_await sock.async_read_some(asio::buffer(buf), twheel::cancel_after(30ms));
+    }
+    got = {};
+  } catch (const boost::system::system_error& e) {
+    got = e.code();
+  }
+  took = wall::now() - t0;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(partial_token_with_executor_default_token) {
+  static_assert(std::is_same_v<decltype(twheel::cancel_after(1s)), twheel::partial_cancel_after>);
+  static_assert(std::is_same_v<decltype(twheel::cancel_at(wall::now())), twheel::partial_cancel_after>);
+  static_assert(std::is_same_v<decltype(twheel::cancel_after(1s)(asio::detached)),
+                               twheel::cancel_after_t<asio::detached_t>>);
+  for (bool absolute : {false, true}) {
+    BOOST_TEST_CONTEXT((absolute ? "cancel_at(t)" : "cancel_after(d)")) {
+      asio::io_context ctx;
+      loopback lb(ctx);
+      auto p = lb.connect();
+      error_code got;
+      wall::duration took{};
+      bool done = false;
+      asio::co_spawn(ctx, read_partial(p.server, absolute, got, took), [&](std::exception_ptr e) {
+        done = true;
+        BOOST_TEST(!e);
+      });
+      const auto r = run_ctx(ctx);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(done);
+      BOOST_TEST(got == aborted);
+      BOOST_TEST((took >= 30ms), "timed out after " << ms(took) << " ms");
+      BOOST_TEST((took < absurd));
+      BOOST_TEST(twheel::stats(ctx).fired == 1u);
+      BOOST_TEST(twheel::stats(ctx).pending == 0u);
+    }
+  }
+}
+
+#if BOOST_ASIO_VERSION >= 103200
+// Boost 1.86 and later: the default completion token is deferred, so the partial form
+// works on any operation, as Asio's own cancel_after(timeout) does.
+BOOST_AUTO_TEST_CASE(partial_token_with_deferred_default) {
+  asio::io_context ctx;
+  loopback lb(ctx);
+  auto p = lb.connect();
+  auto q = lb.connect();
+  std::array<char, 8> buf{}, buf2{};
+  outcome a, b;
+  const auto t0 = wall::now();
+  auto op_a = p.server.async_read_some(asio::buffer(buf), twheel::cancel_after(30ms));
+  auto op_b = q.server.async_read_some(asio::buffer(buf2), twheel::cancel_at(t0 + 40ms));
+  BOOST_TEST(twheel::stats(ctx).pending == 0u);  // deferred: nothing started yet
+  std::move(op_a)(a.handler());
+  std::move(op_b)(b.handler());
+  BOOST_TEST(twheel::stats(ctx).pending == 2u);
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(a.ec == aborted);
+  BOOST_TEST(b.ec == aborted);
+  BOOST_TEST((a.at - t0 >= 30ms));
+  BOOST_TEST((b.at - t0 >= 40ms));
+  BOOST_TEST(twheel::stats(ctx).pending == 0u);
+}
+
+// The partial form with a cancellation type: cancel_after(timeout, type).
+BOOST_AUTO_TEST_CASE(partial_token_with_cancellation_type) {
+  asio::io_context ctx;
+  cancel_log log;
+  error_code got;
+  auto op = async_wait_for_cancel(ctx.get_executor(), log,
+                                  twheel::cancel_after(10ms, asio::cancellation_type::partial));
+  std::move(op)([&](error_code ec) { got = ec; });
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(got == aborted);
+  BOOST_TEST((log.types == std::vector<asio::cancellation_type_t>{asio::cancellation_type::partial}));
+}
+#endif  // BOOST_ASIO_VERSION >= 103200
+
+#if BOOST_ASIO_VERSION >= 103200 && __has_include(<boost/asio/cancel_after.hpp>)
+namespace asio_names {
+using namespace boost::asio;  // brings in boost::asio::cancel_after (Boost 1.86 and later)
+// An unqualified call names Asio's cancel_after: a steady_timer per operation, not the
+// wheel (README, "cancel_after and boost::asio::cancel_after").
+static_assert(std::is_same_v<decltype(cancel_after(1s, detached)),
+                             boost::asio::cancel_after_t<detached_t, std::chrono::steady_clock>>);
+// The qualified name is twheel's, whatever is in scope.
+static_assert(std::is_same_v<decltype(twheel::cancel_after(1s, detached)),
+                             twheel::cancel_after_t<detached_t>>);
+}  // namespace asio_names
+// Argument-dependent lookup finds Asio's too, without any using-directive, when the
+// token is one of Asio's (use_awaitable, deferred, detached, as_tuple(...), ...).
+static_assert(std::is_same_v<decltype(cancel_after(1s, asio::detached)),
+                             asio::cancel_after_t<asio::detached_t, std::chrono::steady_clock>>);
+namespace twheel_names {
+using namespace twheel;
+// Even with only twheel's names in scope: an Asio token brings Asio's cancel_after in by
+// argument-dependent lookup, and for any duration but steady_clock::duration itself it is
+// the better match (an exact template match against a conversion).
+static_assert(std::is_same_v<decltype(cancel_after(1s, asio::detached)),
+                             asio::cancel_after_t<asio::detached_t, std::chrono::steady_clock>>);
+static_assert(std::is_same_v<decltype(cancel_after(wall::duration(1s), asio::detached)),
+                             twheel::cancel_after_t<asio::detached_t>>);
+}  // namespace twheel_names
+
+// With `using namespace boost::asio;` in force, the qualified twheel::cancel_after still
+// files its timeout in the wheel, and Asio's own cancel_after keeps working beside it.
+BOOST_AUTO_TEST_CASE(qualified_twheel_cancel_after_beside_asio_cancel_after) {
+  using namespace boost::asio;
+  io_context ctx;
+  loopback lb(ctx);
+  auto p = lb.connect();
+  auto q = lb.connect();
+  std::array<char, 8> buf{}, buf2{};
+  outcome ours, theirs;
+  const auto t0 = wall::now();
+  p.server.async_read_some(buffer(buf), twheel::cancel_after(30ms, ours.handler()));
+  BOOST_TEST(twheel::stats(ctx).pending == 1u);
+  q.server.async_read_some(buffer(buf2), cancel_after(30ms, theirs.handler()));  // Asio's
+  BOOST_TEST(twheel::stats(ctx).pending == 1u);  // not in the wheel
+  auto op = p.server.async_read_some(buffer(buf), twheel::cancel_after(10s));  // partial
+  static_assert(!std::is_void_v<decltype(op)>);
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ours.calls == 1);
+  BOOST_TEST(theirs.calls == 1);
+  BOOST_TEST(ours.ec == aborted);
+  BOOST_TEST(theirs.ec == aborted);
+  BOOST_TEST((ours.at - t0 >= 30ms));
+  BOOST_TEST((theirs.at - t0 >= 30ms));
+  BOOST_TEST(twheel::stats(ctx).fired == 1u);
+}
+#endif  // Boost 1.86 and later
 
 BOOST_AUTO_TEST_SUITE_END()
 

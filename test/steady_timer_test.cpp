@@ -2082,3 +2082,179 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(associated_allocator_is_used, Timer, timer_types) 
   BOOST_TEST(c.outstanding() == 0u);
   BOOST_TEST(c.bytes.load() == 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// Deprecated members. boost::asio::basic_waitable_timer has expires_from_now(),
+// expires_from_now(d), expires_from_now(d, ec), the expires_at() getter,
+// expires_at(t, ec), cancel(ec) and cancel_one(ec) from Boost 1.81 to 1.86 (Asio 1.26 to
+// 1.32) unless BOOST_ASIO_NO_DEPRECATED is defined; Asio 1.33 (Boost 1.87) removed them.
+// Every timer under test must offer them exactly where the installed Asio's does.
+// ---------------------------------------------------------------------------------------
+namespace {
+template <class T, class = void>
+struct has_deprecated_members : std::false_type {};
+template <class T>
+struct has_deprecated_members<
+    T, std::void_t<decltype(std::declval<const T&>().expires_from_now()),
+                   decltype(std::declval<T&>().expires_from_now(typename T::duration())),
+                   decltype(std::declval<T&>().expires_from_now(typename T::duration(),
+                                                                std::declval<error_code&>())),
+                   decltype(std::declval<const T&>().expires_at()),
+                   decltype(std::declval<T&>().expires_at(typename T::time_point(),
+                                                          std::declval<error_code&>())),
+                   decltype(std::declval<T&>().cancel(std::declval<error_code&>())),
+                   decltype(std::declval<T&>().cancel_one(std::declval<error_code&>()))>>
+    : std::true_type {};
+}  // namespace
+
+#if !defined(BOOST_ASIO_NO_DEPRECATED) && BOOST_ASIO_VERSION < 103300
+static_assert(has_deprecated_members<asio::steady_timer>::value,
+              "this Asio should still have the deprecated timer members");
+#else
+static_assert(!has_deprecated_members<asio::steady_timer>::value,
+              "this Asio should not have the deprecated timer members");
+#endif
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_members_exactly_where_asio_has_them, Timer, timer_types) {
+  BOOST_TEST(has_deprecated_members<Timer>::value ==
+             has_deprecated_members<asio::steady_timer>::value);
+}
+
+#if !defined(BOOST_ASIO_NO_DEPRECATED) && BOOST_ASIO_VERSION < 103300
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_expires_from_now, Timer, timer_types) {
+  asio::io_context ctx;
+  Timer t(ctx);
+  // Setting: returns the number of waits cancelled, like expires_after().
+  auto t0 = wall::now();
+  BOOST_TEST(t.expires_from_now(10s) == 0u);
+  BOOST_TEST((t.expiry() >= t0 + 10s && t.expiry() <= wall::now() + 10s));
+  // Getting: expiry() - now().
+  const auto left = t.expires_from_now();
+  BOOST_TEST((left > 9s && left <= 10s), "expires_from_now() = " << ms(left) << " ms");
+  wait_log log;
+  t.async_wait(log.handler(1));
+  t.async_wait(log.handler(2));
+  t0 = wall::now();
+  BOOST_TEST(t.expires_from_now(20ms) == 2u);
+  wall::time_point fired_at{};
+  t.async_wait([&](error_code ec) {
+    fired_at = wall::now();
+    log.handler(3)(ec);
+  });
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(1) == aborted);
+  BOOST_TEST(log.ec(2) == aborted);
+  BOOST_TEST(!log.ec(3));
+  BOOST_TEST((fired_at - t0 >= 20ms), "fired after " << ms(fired_at - t0) << " ms");
+  // An expired timer reports a negative (or zero) duration.
+  BOOST_TEST((t.expires_from_now() <= Timer::duration::zero()));
+
+  // The error_code overload clears ec and counts the waits it cancels.
+  t.expires_from_now(10s);
+  t.async_wait(log.handler(4));
+  error_code ec = asio::error::fault;
+  BOOST_TEST(t.expires_from_now(30ms, ec) == 1u);
+  BOOST_TEST(!ec);
+  const auto left2 = t.expires_from_now();
+  BOOST_TEST((left2 > 0ms && left2 <= 30ms));
+  ec = asio::error::fault;
+  BOOST_TEST(t.expires_from_now(40ms, ec) == 0u);  // nothing pending: nothing cancelled
+  BOOST_TEST(!ec);
+  r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(4) == aborted);
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_expires_from_now_saturates, Timer, timer_types) {
+  using duration = typename Timer::duration;
+  using time_point = typename Timer::time_point;
+  asio::io_context ctx;
+  Timer t(ctx);
+  // A default-constructed timer expires at the epoch: now() is after it.
+  BOOST_TEST((t.expires_from_now() < duration::zero()));
+  t.expires_at(time_point::min());
+  BOOST_TEST((t.expires_from_now() == duration::min()));
+  t.expires_at(time_point::max());
+  BOOST_TEST((t.expires_from_now() > duration::max() - 24h * 365 * 10));
+  BOOST_TEST((t.expires_from_now() <= duration::max()));
+  // Setting a far duration saturates instead of overflowing, as expires_after() does.
+  BOOST_TEST(t.expires_from_now(duration::max()) == 0u);
+  BOOST_TEST((t.expiry() == time_point::max()));
+  BOOST_TEST(t.expires_from_now(duration::min()) == 0u);
+  BOOST_TEST((t.expiry() <= wall::now()));
+  int calls = 0;
+  error_code got = aborted;
+  t.async_wait([&](error_code ec) {
+    ++calls;
+    got = ec;
+  });
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(!got);
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_expires_at, Timer, timer_types) {
+  asio::io_context ctx;
+  const auto when = wall::now() + 10s;
+  Timer t(ctx, when);
+  // The getter is expiry().
+  BOOST_TEST((t.expires_at() == when));
+  BOOST_TEST((t.expires_at() == t.expiry()));
+  wait_log log;
+  t.async_wait(log.handler(1));
+  error_code ec = asio::error::fault;
+  const auto soon = wall::now() + 15ms;
+  BOOST_TEST(t.expires_at(soon, ec) == 1u);
+  BOOST_TEST(!ec);
+  BOOST_TEST((t.expires_at() == soon));
+  t.async_wait(log.handler(2));
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(1) == aborted);
+  BOOST_TEST(!log.ec(2));
+  BOOST_TEST((log.order == std::vector<int>{1, 2}));
+  ec = asio::error::fault;
+  BOOST_TEST(t.expires_at(soon, ec) == 0u);  // already expired: nothing to cancel
+  BOOST_TEST(!ec);
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_cancel_with_error_code, Timer, timer_types) {
+  asio::io_context ctx;
+  Timer t(ctx, 10s);
+  wait_log log;
+  for (int id = 1; id <= 4; ++id) t.async_wait(log.handler(id));
+  error_code ec = asio::error::fault;
+  BOOST_TEST(t.cancel_one(ec) == 1u);  // the oldest: 1
+  BOOST_TEST(!ec);
+  ec = asio::error::fault;
+  BOOST_TEST(t.cancel_one(ec) == 1u);  // then 2
+  BOOST_TEST(!ec);
+  poll_ctx(ctx);
+  BOOST_TEST((log.order == std::vector<int>{1, 2}));
+  BOOST_TEST(log.ec(1) == aborted);
+  BOOST_TEST(log.ec(2) == aborted);
+  ec = asio::error::fault;
+  BOOST_TEST(t.cancel(ec) == 2u);  // 3 and 4
+  BOOST_TEST(!ec);
+  ec = asio::error::fault;
+  BOOST_TEST(t.cancel(ec) == 0u);
+  BOOST_TEST(!ec);
+  ec = asio::error::fault;
+  BOOST_TEST(t.cancel_one(ec) == 0u);
+  BOOST_TEST(!ec);
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST((log.order == std::vector<int>{1, 2, 3, 4}));
+  BOOST_TEST(log.ec(3) == aborted);
+  BOOST_TEST(log.ec(4) == aborted);
+  BOOST_TEST((t.expires_at() == t.expiry()));  // cancelling leaves the expiry alone
+}
+
+#endif  // !defined(BOOST_ASIO_NO_DEPRECATED) && BOOST_ASIO_VERSION < 103300

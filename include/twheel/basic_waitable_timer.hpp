@@ -10,6 +10,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
+#include <boost/asio/version.hpp>
 #include <boost/asio/wait_traits.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -346,6 +347,93 @@ class basic_waitable_timer {
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
         initiate_async_wait(this), token);
   }
+
+  // ---- Deprecated members, as the installed Asio has them --------------------------------
+  // boost::asio::basic_waitable_timer has these from Boost 1.81 to 1.86 (Asio 1.26 to 1.32)
+  // unless BOOST_ASIO_NO_DEPRECATED is defined; Asio 1.33 (Boost 1.87) removed them. twheel
+  // offers exactly the same set under the same conditions, so code written against the
+  // installed Asio compiles unchanged. Implemented only through the public members above.
+#if !defined(BOOST_ASIO_NO_DEPRECATED) && BOOST_ASIO_VERSION < 103300
+  /// (Deprecated: Use non-error_code overload.) Cancels every pending wait; as cancel().
+  ///
+  /// @param ec Always cleared: cancelling cannot fail.
+  ///
+  /// @returns The number of waits that were cancelled.
+  std::size_t cancel(boost::system::error_code& ec) {
+    ec.clear();
+    return cancel();
+  }
+
+  /// (Deprecated: Use non-error_code overload.) Cancels the oldest pending wait; as
+  /// cancel_one().
+  ///
+  /// @param ec Always cleared: cancelling cannot fail.
+  ///
+  /// @returns The number of waits that were cancelled: 0 or 1.
+  std::size_t cancel_one(boost::system::error_code& ec) {
+    ec.clear();
+    return cancel_one();
+  }
+
+  /// (Deprecated: Use expiry().) Gets the timer's expiry time as an absolute time.
+  time_point expires_at() const { return expiry(); }
+
+  /// (Deprecated: Use non-error_code overload.) Sets the expiry time as an absolute time;
+  /// as expires_at(const time_point&).
+  ///
+  /// @param expiry_time The expiry time to be used for the timer.
+  /// @param ec Always cleared: setting the expiry cannot fail.
+  ///
+  /// @returns The number of waits that were cancelled.
+  std::size_t expires_at(const time_point& expiry_time, boost::system::error_code& ec) {
+    ec.clear();
+    return expires_at(expiry_time);
+  }
+
+  /// (Deprecated: Use expiry().) Gets the timer's expiry time relative to now: expiry()
+  /// minus the clock's now(), saturating at the duration's limits as Asio's does.
+  duration expires_from_now() const {
+    const time_point t1 = expiry();
+    const time_point t2 = clock_type::now();
+    // Asio's chrono_time_traits::subtract: t1 - t2 without overflow.
+    const time_point epoch{};
+    if (t1 >= epoch) {
+      if (t2 >= epoch) return t1 - t2;
+      if (t2 == (time_point::min)() || (time_point::max)() - t1 < epoch - t2) {
+        return (duration::max)();
+      }
+      return t1 - t2;
+    }
+    if (t2 < epoch) return t1 - t2;
+    if (t1 == (time_point::min)() || (time_point::max)() - t2 < epoch - t1) {
+      return (duration::min)();
+    }
+    return -(t2 - t1);
+  }
+
+  /// (Deprecated: Use expires_after().) Sets the expiry time relative to now; as
+  /// expires_after().
+  ///
+  /// @param expiry_time The expiry time to be used for the timer, relative to now.
+  ///
+  /// @returns The number of waits that were cancelled.
+  std::size_t expires_from_now(const duration& expiry_time) {
+    return expires_after(expiry_time);
+  }
+
+  /// (Deprecated: Use expires_after().) Sets the expiry time relative to now; as
+  /// expires_after().
+  ///
+  /// @param expiry_time The expiry time to be used for the timer, relative to now.
+  /// @param ec Always cleared: setting the expiry cannot fail.
+  ///
+  /// @returns The number of waits that were cancelled.
+  std::size_t expires_from_now(const duration& expiry_time, boost::system::error_code& ec) {
+    ec.clear();
+    return expires_after(expiry_time);
+  }
+#endif  // !defined(BOOST_ASIO_NO_DEPRECATED) && BOOST_ASIO_VERSION < 103300
+  // ---- End of the deprecated members ------------------------------------------------------
 
  private:
   class initiate_async_wait {

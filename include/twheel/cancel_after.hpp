@@ -3,6 +3,7 @@
 #ifndef TWHEEL_CANCEL_AFTER_HPP
 #define TWHEEL_CANCEL_AFTER_HPP
 
+#include <twheel/detail/asio_compat.hpp>
 #include <twheel/detail/cancel_after_op.hpp>
 #include <twheel/wheel_service.hpp>
 
@@ -61,41 +62,71 @@ class cancel_after_t {
   wheel_service* service_;  // null: found through the operation's I/O executor
 };
 
+/// The partial completion token made by cancel_after(timeout) and cancel_at(deadline)
+/// without a completion token: used as the completion token of an operation, it times
+/// out that operation and completes it with the default completion token of the
+/// operation's I/O executor (deferred from Boost 1.86; before 1.86 only executors that
+/// name a default completion token, such as use_awaitable_t<>::as_default_on(...), have
+/// one). As Asio's own partial cancel_after. Called with a token, it makes the full one.
+class partial_cancel_after {
+ public:
+  /// The clock of timeouts and deadlines.
+  using clock_type = std::chrono::steady_clock;
+
+  /// Times out `timeout` after the operation is started.
+  partial_cancel_after(clock_type::duration timeout, boost::asio::cancellation_type_t type)
+      : timeout_(timeout), type_(type) {}
+
+  /// Times out at `deadline`.
+  partial_cancel_after(clock_type::time_point deadline, boost::asio::cancellation_type_t type)
+      : deadline_(deadline), type_(type) {}
+
+  /// Makes the full completion token: this timeout around `token`.
+  template <class CompletionToken>
+  cancel_after_t<std::decay_t<CompletionToken>> operator()(CompletionToken&& token) const {
+    if (timeout_) {
+      return cancel_after_t<std::decay_t<CompletionToken>>(
+          std::forward<CompletionToken>(token), *timeout_, type_);
+    }
+    return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
+                                                         deadline_, type_);
+  }
+
+  /// Set by cancel_after().
+  std::optional<clock_type::duration> timeout_;
+  /// Set by cancel_at().
+  clock_type::time_point deadline_{};
+  /// The cancellation type emitted at the deadline.
+  boost::asio::cancellation_type_t type_;
+};
+
 namespace detail {
 
-template <class T, class = void>
-struct has_get_executor : std::false_type {};
-template <class T>
-struct has_get_executor<T, std::void_t<decltype(std::declval<const T&>().get_executor())>>
-    : std::true_type {};
+using compat::has_get_executor;
 
-template <class T, class = void>
-struct has_inner_initiation : std::false_type {};
-template <class T>
-struct has_inner_initiation<T, std::void_t<decltype(std::declval<const T&>().initiation_)>>
-    : std::true_type {};
+template <class... T>
+struct type_list {};
 
-template <class T, class = void>
-struct binds_cancellation_slot : std::false_type {};
 template <class T>
-struct binds_cancellation_slot<
-    T, std::enable_if_t<std::is_same_v<decltype(std::declval<T&>().slot_),
-                                       boost::asio::cancellation_slot>>> : std::true_type {};
+inline constexpr bool dependent_false_v = false;
 
-// The I/O executor of an operation: its initiation's executor, looking through the
-// wrappers of adapters applied around cancel_after (Asio 1.81's as_tuple, redirect_error,
-// bind_executor, ... keep the wrapped initiation in a member `initiation_` and do not
-// forward get_executor()). system_executor when there is none.
+// The default completion token of an operation's I/O executor: what the partial
+// cancel_after(timeout) completes with.
 template <class Initiation>
-auto io_executor_of(const Initiation& init) {
-  if constexpr (has_get_executor<Initiation>::value) {
-    return init.get_executor();
-  } else if constexpr (has_inner_initiation<Initiation>::value) {
-    return io_executor_of(init.initiation_);
-  } else {
-    return boost::asio::system_executor();
-  }
-}
+using partial_default_token_t = boost::asio::default_completion_token_t<
+    boost::asio::associated_executor_t<std::decay_t<Initiation>>>;
+
+template <bool HasDefaultToken, class Initiation, class ArgList, class... Signatures>
+struct partial_initiate_result {
+  using type = void;  // not usable: initiate() says why
+};
+
+template <class Initiation, class... Args, class... Signatures>
+struct partial_initiate_result<true, Initiation, type_list<Args...>, Signatures...> {
+  using token_type = cancel_after_t<partial_default_token_t<Initiation>>;
+  using type = decltype(boost::asio::async_initiate<token_type, Signatures...>(
+      std::declval<Initiation>(), std::declval<token_type&>(), std::declval<Args>()...));
+};
 
 template <class T>
 inline constexpr bool is_any_executor_v =
@@ -144,7 +175,7 @@ class cancel_after_initiation {
   void operator()(Handler&& handler, Args&&... args) {
     using handler_type = std::decay_t<Handler>;
     handler_type h(std::forward<Handler>(handler));
-    const auto io_ex = io_executor_of(init_);
+    const auto io_ex = compat::io_executor_of(init_, args...);
     const auto ex = boost::asio::get_associated_executor(h, io_ex);
     using state_type = cancel_after_state<std::decay_t<decltype(ex)>,
                                           decltype(op_allocator(std::declval<handler_type&>()))>;
@@ -152,16 +183,13 @@ class cancel_after_initiation {
     // A relative timeout counts from now: with deferred, from the launch.
     const auto deadline = timeout_ ? deadline_after(*timeout_) : deadline_;
     state_type* state = state_type::create(svc, h, ex, type_);
-    // bind_cancellation_slot(slot, cancel_after(...)) wraps this initiation in one that
-    // binds `slot` to the operation, which would hide ours: bind ours and forward theirs.
-    boost::asio::cancellation_slot bound;
-    if constexpr (binds_cancellation_slot<Initiation>::value) {
-      bound = std::exchange(init_.slot_, state->slot());
-    }
+    // A caller's slot bound around this token (bind_cancellation_slot(slot, cancel_after(
+    // ...))) reaches the operation as a cancellation_slot_binder around our handler; the
+    // associated_cancellation_slot specialization in cancel_after_op.hpp keeps our slot
+    // visible through it and forwards the caller's into ours.
     try {
-      std::move(init_)(
-          cancel_after_handler<handler_type, state_type>(std::move(h), state, bound),
-          std::forward<Args>(args)...);
+      std::move(init_)(cancel_after_handler<handler_type, state_type>(std::move(h), state),
+                       std::forward<Args>(args)...);
     } catch (...) {
       state->abandon();
       throw;
@@ -271,6 +299,30 @@ auto cancel_at(std::chrono::steady_clock::time_point deadline,
                                                        deadline, type);
 }
 
+/// The partial form: `op(args..., twheel::cancel_after(timeout))` times out the operation
+/// and completes it with the default completion token of its I/O executor (deferred from
+/// Boost 1.86), as Asio's own cancel_after(timeout) does. Where the I/O executor has no
+/// default completion token (Boost 1.81 to 1.85, unless it names one), using it does not
+/// compile.
+///
+/// @param timeout How long the operation may run.
+/// @param type The cancellation type to emit (terminal by default).
+inline partial_cancel_after cancel_after(
+    std::chrono::steady_clock::duration timeout,
+    boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+  return partial_cancel_after(timeout, type);
+}
+
+/// The partial form of cancel_at(): see cancel_after(timeout).
+///
+/// @param deadline When to emit the cancellation.
+/// @param type The cancellation type to emit (terminal by default).
+inline partial_cancel_after cancel_at(
+    std::chrono::steady_clock::time_point deadline,
+    boost::asio::cancellation_type_t type = boost::asio::cancellation_type::terminal) {
+  return partial_cancel_after(deadline, type);
+}
+
 /// As cancel_after(), using the wheel of `ex`'s context (for operations without an I/O
 /// executor, or to pick the wheel explicitly). Creates that wheel now if it does not
 /// exist yet.
@@ -328,6 +380,34 @@ struct async_result<twheel::cancel_after_t<CompletionToken>, Signatures...>
             std::forward<Initiation>(initiation), token.timeout_, token.deadline_, token.type_,
             token.service_),
         inner, std::forward<Args>(args)...);
+  }
+};
+
+/// Makes twheel::partial_cancel_after a completion token: the operation runs with the
+/// default completion token of its I/O executor, timed out through the wheel.
+template <class... Signatures>
+struct async_result<twheel::partial_cancel_after, Signatures...> {
+  // The declared return type is computed without instantiating the body, so that
+  // completion_token_for<partial_cancel_after, S> holds on Boost 1.81 to 1.85 too (its
+  // archetype initiation has no executor, hence no default completion token there).
+  template <class Initiation, class RawToken, class... Args>
+  static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) ->
+      typename twheel::detail::partial_initiate_result<
+          !std::is_void_v<twheel::detail::partial_default_token_t<Initiation>>, Initiation,
+          twheel::detail::type_list<Args...>, Signatures...>::type {
+    using default_token = twheel::detail::partial_default_token_t<Initiation>;
+    if constexpr (std::is_void_v<default_token>) {
+      static_assert(twheel::detail::dependent_false_v<Initiation>,
+                    "twheel::cancel_after(timeout) without a completion token needs an I/O "
+                    "executor with a default completion token (every executor from Boost "
+                    "1.86; before, e.g. use_awaitable_t<>::as_default_on(...)); pass a "
+                    "completion token: twheel::cancel_after(timeout, token)");
+    } else {
+      // async_initiate takes the token by lvalue reference (Boost 1.81).
+      twheel::cancel_after_t<default_token> full = token(default_token{});
+      return async_initiate<twheel::cancel_after_t<default_token>, Signatures...>(
+          std::forward<Initiation>(initiation), full, std::forward<Args>(args)...);
+    }
   }
 };
 

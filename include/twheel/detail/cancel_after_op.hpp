@@ -11,6 +11,7 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -137,14 +138,10 @@ class cancel_after_handler {
  public:
   using cancellation_slot_type = boost::asio::cancellation_slot;
 
-  // `bound` is a caller's slot that an adapter outside cancel_after binds to the operation
-  // instead of ours (see cancel_after_initiation); it is forwarded like the handler's own.
-  cancel_after_handler(Handler&& handler, State* state,
-                       boost::asio::cancellation_slot bound = {}) noexcept
-      : handler_(std::move(handler)), state_(state), bound_(bound) {
+  cancel_after_handler(Handler&& handler, State* state) noexcept
+      : handler_(std::move(handler)), state_(state) {
     auto outer = boost::asio::get_associated_cancellation_slot(handler_);
     if (outer.is_connected()) outer.template emplace<forwarder>(state_);
-    if (bound_.is_connected()) bound_.template emplace<forwarder>(state_);
   }
 
   cancel_after_handler(cancel_after_handler&& other) noexcept
@@ -160,7 +157,24 @@ class cancel_after_handler {
     if (state_) release_state();
   }
 
-  cancellation_slot_type get_cancellation_slot() const noexcept { return state_->slot(); }
+  cancellation_slot_type get_cancellation_slot() const noexcept {
+    return state_ ? state_->slot() : cancellation_slot_type();
+  }
+
+  // The operation sees this handler through a cancellation_slot_binder that binds the
+  // caller's `slot` to it (bind_cancellation_slot(slot, cancel_after(...)): the binder is
+  // made by Asio's adapter around our initiation, in every Asio version). Forwards `slot`
+  // into ours (until this operation completes) and returns ours, so that both the caller
+  // and the timeout reach the operation. Called through associated_cancellation_slot.
+  cancellation_slot_type bind_outer_slot(boost::asio::cancellation_slot slot) const noexcept {
+    if (!state_) return slot;
+    if (slot.is_connected() && slot != state_->slot()) {
+      if (bound_.is_connected() && bound_ != slot) bound_.clear();
+      slot.template emplace<forwarder>(state_);
+      bound_ = slot;
+    }
+    return state_->slot();
+  }
 
   template <class... Args>
   void operator()(Args&&... args) {
@@ -185,7 +199,8 @@ class cancel_after_handler {
   }
 
   State* state_;
-  boost::asio::cancellation_slot bound_;
+  // A caller's slot bound around this handler, forwarded into ours (see bind_outer_slot).
+  mutable boost::asio::cancellation_slot bound_;
 };
 
 }  // namespace twheel::detail
@@ -207,6 +222,25 @@ struct associated_allocator<twheel::detail::cancel_after_handler<Handler, State>
   static type get(const twheel::detail::cancel_after_handler<Handler, State>& h,
                   const Allocator& a = Allocator()) noexcept {
     return get_associated_allocator(h.handler_, a);
+  }
+};
+
+// bind_cancellation_slot(slot, twheel::cancel_after(...)): the operation is handed
+// cancellation_slot_binder<cancel_after_handler, Slot>, whose own associated slot (the
+// caller's) would hide the timeout's. This more specialized association answers the
+// timeout's slot instead, with the caller's forwarded into it. Public interface only
+// (cancellation_slot_binder and associated_cancellation_slot are unchanged from Asio 1.26
+// to 1.36), so it is not in asio_compat.hpp.
+template <class Handler, class State, class CancellationSlot, class CancellationSlot1>
+struct associated_cancellation_slot<
+    cancellation_slot_binder<twheel::detail::cancel_after_handler<Handler, State>,
+                             CancellationSlot>,
+    CancellationSlot1> {
+  using type = cancellation_slot;
+  static type get(const cancellation_slot_binder<
+                      twheel::detail::cancel_after_handler<Handler, State>, CancellationSlot>& b,
+                  const CancellationSlot1& = CancellationSlot1()) noexcept {
+    return b.get().bind_outer_slot(b.get_cancellation_slot());
   }
 };
 
