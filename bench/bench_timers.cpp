@@ -51,7 +51,7 @@
 // (bench_report.hpp); scripts/bench.sh collects those into out/bench.csv.
 //
 // Usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...] [--workloads w1,w2,...]
-//                     [--lib both|asio|twheel] [--clock wall|cpu]
+//                     [--lib both|asio|twheel] [--clock wall|cpu] [--unlocked]
 //                     [--watchdog S (default 300, 0: off)]
 //                     [--expiry-scale F (valgrind only)]
 //        bench_timers --memory asio|twheel N      (internal: one memory measurement)
@@ -107,6 +107,11 @@ std::int64_t thread_cpu_ns() {
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+// Every context's concurrency hint: Asio's default, or with --unlocked
+// BOOST_ASIO_CONCURRENCY_HINT_UNSAFE (Asio takes no lock, and twheel, seeing it, none
+// either): the single-threaded case of both libraries.
+int g_concurrency_hint = BOOST_ASIO_CONCURRENCY_HINT_DEFAULT;
 
 // The clock of the arm, churn and cancel timings: wall (steady_clock, the default) or,
 // with --clock cpu, this thread's CPU time (ignores time spent preempted on a busy machine).
@@ -270,7 +275,7 @@ template <class Timer>
 // 1. arm: ns per expires_after + async_wait.
 template <class Timer>
 double bench_arm(std::size_t n, const inputs& in) {
-  boost::asio::io_context ctx;
+  boost::asio::io_context ctx(g_concurrency_hint);
   counters c;
   double ns = 0;
   {
@@ -291,7 +296,7 @@ double bench_arm(std::size_t n, const inputs& in) {
 // that runs the aborted handlers included.
 template <class Timer>
 double bench_churn(std::size_t n, const inputs& in) {
-  boost::asio::io_context ctx;
+  boost::asio::io_context ctx(g_concurrency_hint);
   counters c;
   const std::size_t m = churn_ops(n);
   double ns = 0;
@@ -383,7 +388,7 @@ double bench_floor(std::size_t n, const inputs& in) {
 // 3. cancel: ns per cancel(), with the poll() that runs the aborted handlers included.
 template <class Timer>
 double bench_cancel(std::size_t n, const inputs& in) {
-  boost::asio::io_context ctx;
+  boost::asio::io_context ctx(g_concurrency_hint);
   counters c;
   double ns = 0;
   {
@@ -420,7 +425,7 @@ struct burst_result {
 
 template <class Timer>
 burst_result bench_burst(std::size_t n) {
-  boost::asio::io_context ctx;
+  boost::asio::io_context ctx(g_concurrency_hint);
   burst_state s;
   s.n = n;
   burst_result r;
@@ -492,7 +497,7 @@ struct spread_result {
 
 template <class Timer>
 spread_result bench_spread(std::size_t n, const inputs& in) {
-  boost::asio::io_context ctx;
+  boost::asio::io_context ctx(g_concurrency_hint);
   spread_state s;
   s.n = n;
   spread_result r;
@@ -581,7 +586,7 @@ std::size_t vm_rss_bytes() {
 template <class Timer>
 int memory_child(std::size_t n) {
   const inputs in = make_inputs(n);
-  boost::asio::io_context ctx;
+  boost::asio::io_context ctx(g_concurrency_hint);
   counters c;
   {
     // Create the services (and the reactor, the wheel) before the baseline.
@@ -768,7 +773,7 @@ int usage() {
                "usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...]\n"
                "                    [--workloads arm,churn,floor,cancel,burst,spread,wakeups,memory]\n"
                "                    [--lib both|asio|twheel]\n"
-               "                    [--clock wall|cpu] [--watchdog S] [--expiry-scale F]\n"
+               "                    [--clock wall|cpu] [--unlocked] [--watchdog S] [--expiry-scale F]\n"
                "       bench_timers --memory asio|twheel N\n");
   return 2;
 }
@@ -804,6 +809,8 @@ int main(int argc, char** argv) {
       const std::string c = argv[++i];
       if (c != "wall" && c != "cpu") return usage();
       g_cpu_clock = c == "cpu";
+    } else if (a == "--unlocked") {
+      g_concurrency_hint = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE;
     } else if (a == "--watchdog" && i + 1 < argc) {
       g_watchdog_s = static_cast<unsigned>(std::max(0, std::atoi(argv[++i])));
     } else if (a == "--expiry-scale" && i + 1 < argc) {
@@ -836,6 +843,10 @@ int main(int argc, char** argv) {
   std::printf("mode: %s, %d repetitions per library, interleaved asio/twheel, medians; "
               "fresh io_context per repetition\n",
               quick ? "quick" : "full", reps);
+  std::printf("contexts: %s\n", g_concurrency_hint == BOOST_ASIO_CONCURRENCY_HINT_UNSAFE
+                                    ? "BOOST_ASIO_CONCURRENCY_HINT_UNSAFE (--unlocked: no locks "
+                                      "in Asio nor in twheel)"
+                                    : "default concurrency hint (locking)");
   std::printf("clock for arm/churn/cancel: %s\n",
               g_cpu_clock ? "thread CPU time (--clock cpu)" : "wall (steady_clock)");
   std::printf("sizeof(asio::steady_timer)=%zu sizeof(twheel::steady_timer)=%zu; "
