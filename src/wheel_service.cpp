@@ -94,7 +94,9 @@ void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
   attached_.store(true, std::memory_order_release);
 }
 
-wheel_service::~wheel_service() = default;
+wheel_service::~wheel_service() {
+  detail::wheels_destroyed.fetch_add(1, std::memory_order_release);
+}
 
 std::chrono::nanoseconds wheel_service::wheel_time(clock_type::time_point t) const noexcept {
   using std::chrono::nanoseconds;

@@ -2021,3 +2021,21 @@ BOOST_AUTO_TEST_CASE(single_threaded_contexts_take_no_lock) {
     }
   }
 }
+
+// wheel_service::of() answers from a per-thread cache; a context made where a destroyed
+// one was (the allocator reuses the address) must get its own wheel, never the old one.
+BOOST_AUTO_TEST_CASE(wheel_lookup_never_returns_a_destroyed_contexts_wheel) {
+  int fired = 0;
+  for (int i = 0; i < 50; ++i) {
+    auto ctx = std::make_unique<asio::io_context>();
+    auto& found = twheel::wheel_service::of(*ctx);
+    BOOST_TEST(&found == &asio::use_service<twheel::wheel_service>(*ctx));
+    BOOST_TEST(&twheel::wheel_service::of(*ctx) == &found);  // the cached answer
+    twheel::steady_timer t(*ctx);
+    t.expires_after(1ms);
+    t.async_wait([&](error_code ec) { fired += !ec; });
+    ctx->run();
+    BOOST_TEST(twheel::stats(*ctx).fired == 1u);
+  }
+  BOOST_TEST(fired == 50);
+}

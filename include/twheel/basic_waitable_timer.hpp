@@ -455,8 +455,7 @@ class basic_waitable_timer {
 
   template <class Ex>
   static wheel_service& service_for(const Ex& ex) {
-    return boost::asio::use_service<wheel_service>(
-        boost::asio::query(ex, boost::asio::execution::context));
+    return wheel_service::of(boost::asio::query(ex, boost::asio::execution::context));
   }
 
   static time_point after_now(const duration& d) {

@@ -144,8 +144,7 @@ inline std::chrono::steady_clock::time_point deadline_after(
 
 template <class Executor>
 wheel_service& service_of(const Executor& ex) {
-  auto& svc = boost::asio::use_service<wheel_service>(
-      boost::asio::query(ex, boost::asio::execution::context));
+  auto& svc = wheel_service::of(boost::asio::query(ex, boost::asio::execution::context));
   svc.attach(ex);
   return svc;
 }

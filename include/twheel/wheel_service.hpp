@@ -136,6 +136,13 @@ class wheel_service : public boost::asio::execution_context::service {
   /// The wheel's counters, read under its lock.
   wheel_stats stats() const;
 
+  /// The wheel of `ctx` (created if it does not exist yet): use_service, without its
+  /// registry lock and type comparison when this thread asked for the same context last
+  /// (cancel_after asks once per operation). Any wheel's destruction empties every
+  /// thread's answer, so a context made at the address of a destroyed one is not confused
+  /// with it.
+  static wheel_service& of(boost::asio::execution_context& ctx);
+
   /// Checks `options` as the constructor does, without creating a wheel.
   ///
   /// @throws std::invalid_argument naming the first bad value.

@@ -67,7 +67,25 @@ struct is_strand : std::false_type {};
 template <class Inner>
 struct is_strand<boost::asio::strand<Inner>> : std::true_type {};
 
+// Bumped by every wheel's destructor: a thread's cached answer of wheel_service::of() is
+// good only while it has not moved.
+inline std::atomic<std::uint64_t> wheels_destroyed{0};
+
 }  // namespace detail
+
+inline wheel_service& wheel_service::of(boost::asio::execution_context& ctx) {
+  struct last_answer {
+    boost::asio::execution_context* context = nullptr;
+    wheel_service* service = nullptr;
+    std::uint64_t generation = 0;
+  };
+  thread_local last_answer last;
+  const std::uint64_t generation = detail::wheels_destroyed.load(std::memory_order_acquire);
+  if (last.context == &ctx && last.generation == generation) return *last.service;
+  wheel_service& service = boost::asio::use_service<wheel_service>(ctx);
+  last = last_answer{&ctx, &service, generation};
+  return service;
+}
 
 template <class Executor>
 boost::asio::any_io_executor wheel_service::driver_executor(const Executor& ex) {
