@@ -230,7 +230,7 @@ void wheel_service::settle_box(detail::handler_box& box, detail::wait_result res
                                settled& out) noexcept {
   detail::completion& c = records_.emplace();
   c.box.take(box);
-  c.result = result;
+  c.set_result(result);
   out.ops.push(&c);
   ++out.count;
 }
@@ -240,7 +240,7 @@ void wheel_service::settle_op(detail::wait_op* op, detail::wait_result result,
   settle(op, result);
   detail::completion& c = records_.emplace();
   c.box.emplace_op(op);
-  c.result = result;
+  c.set_result(result);
   out.ops.push(&c);
   ++out.count;
 }

@@ -50,7 +50,11 @@ class completion final : public scheduler_op {
   completion() noexcept : scheduler_op(&completion::do_complete) {}
 
   handler_box box;
-  wait_result result = wait_result::success;
+
+  // How the wait ended, kept in the operation's own result field (which the scheduler
+  // passes back to do_complete untouched for operations that are not its reactor's).
+  void set_result(wait_result r) noexcept { task_result_ = static_cast<unsigned>(r); }
+  wait_result result() const noexcept { return static_cast<wait_result>(task_result_); }
 
   // Runs the record outside any queue (the driver's first handler): as the scheduler would.
   void run() { do_complete(this, this, boost::system::error_code(), 0); }
@@ -212,7 +216,7 @@ inline void completion::do_complete(void* owner, scheduler_op* base,
   // The record is released before the upcall (Asio's rule for operation memory).
   handler_box handler;
   handler.take(self->box);
-  const wait_result result = self->result;
+  const wait_result result = self->result();
   completion_queue::release(*self);
   handler.complete(result, owner != nullptr);
 }
