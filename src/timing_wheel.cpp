@@ -11,6 +11,8 @@ namespace {
 
 constexpr std::int64_t max_ns = std::numeric_limits<std::int64_t>::max();
 
+__extension__ using uint128 = unsigned __int128;  // GCC and Clang; -Wpedantic otherwise warns
+
 }  // namespace
 
 void timing_wheel::validate(const wheel_config& config) {
@@ -28,6 +30,11 @@ void timing_wheel::validate(const wheel_config& config) {
 timing_wheel::timing_wheel(wheel_config config, duration start)
     : tick_ns_((validate(config), config.tick.count())),
       levels_(config.levels),
+      tick_reciprocal_(config.tick.count() == 1
+                           ? 0
+                           : static_cast<std::uint64_t>((static_cast<uint128>(1) << 64) /
+                                                        static_cast<std::uint64_t>(
+                                                            config.tick.count()))),
       elapsed_(0),
       wheel_(new detail::wheel_level<wheel_entry>[config.levels]) {
   elapsed_ = tick_of(start);
@@ -39,16 +46,26 @@ timing_wheel::~timing_wheel() {
   detach_all(all);  // and `all` leaves them idle
 }
 
+// floor(n / tick) without a division (20 to 90 cycles on the hot path): the reciprocal
+// floor(2^64 / tick) gives an estimate that is exact or one short, and one comparison
+// corrects it. n < 2^63.
+std::uint64_t timing_wheel::divide_by_tick(std::uint64_t n) const noexcept {
+  if (tick_reciprocal_ == 0) return n;  // a 1 ns tick
+  auto q = static_cast<std::uint64_t>((static_cast<uint128>(n) * tick_reciprocal_) >> 64);
+  if (n - q * static_cast<std::uint64_t>(tick_ns_) >= static_cast<std::uint64_t>(tick_ns_)) ++q;
+  return q;
+}
+
 std::uint64_t timing_wheel::deadline_tick(duration deadline) const noexcept {
   const std::int64_t ns = deadline.count();
   if (ns <= 0) return 0;
-  return static_cast<std::uint64_t>((ns - 1) / tick_ns_) + 1;  // round up
+  return divide_by_tick(static_cast<std::uint64_t>(ns - 1)) + 1;  // round up
 }
 
 std::uint64_t timing_wheel::tick_of(duration now) const noexcept {
   const std::int64_t ns = now.count();
   if (ns <= 0) return 0;
-  return static_cast<std::uint64_t>(ns / tick_ns_);  // round down
+  return divide_by_tick(static_cast<std::uint64_t>(ns));  // round down
 }
 
 timing_wheel::duration timing_wheel::from_tick(std::uint64_t tick) const noexcept {

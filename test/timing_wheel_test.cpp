@@ -1261,3 +1261,34 @@ BOOST_AUTO_TEST_CASE(destruction_mid_bounded_advance) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// deadline_tick() and tick_of() divide by the tick with a reciprocal multiply: they must
+// agree with exact division for every tick and time, at the edges above all.
+BOOST_AUTO_TEST_CASE(tick_conversion_matches_exact_division) {
+  std::mt19937_64 rng(20261122);
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  std::vector<std::int64_t> ticks{1, 2, 3, 7, 999, 1000, 1'000'000, 1'000'003,
+                                  1'048'576, 999'999'937, 1'000'000'000, max / 3, max};
+  for (int i = 0; i < 20; ++i) ticks.push_back(static_cast<std::int64_t>(rng() >> 1) | 1);
+  std::size_t wrong = 0;
+  for (const std::int64_t tick : ticks) {
+    const timing_wheel wheel(wheel_config{ns(tick), 6});
+    std::vector<std::int64_t> times{1, 2, tick - 1, tick, tick + 1, 2 * (tick / 2) + 1,
+                                    max - 1, max, max - tick + 1};
+    for (std::int64_t m : {std::int64_t{1}, std::int64_t{2}, std::int64_t{1000}}) {
+      if (tick <= max / (m + 1)) {
+        times.push_back(m * tick - 1);
+        times.push_back(m * tick);
+        times.push_back(m * tick + 1);
+      }
+    }
+    for (int i = 0; i < 2000; ++i) times.push_back(static_cast<std::int64_t>(rng() >> 1));
+    for (const std::int64_t t : times) {
+      if (t <= 0) continue;
+      const auto down = static_cast<std::uint64_t>(t / tick);
+      const auto up = static_cast<std::uint64_t>((t - 1) / tick) + 1;
+      if (wheel.tick_of(ns(t)) != down || wheel.deadline_tick(ns(t)) != up) ++wrong;
+    }
+  }
+  BOOST_TEST(wrong == 0u);
+}

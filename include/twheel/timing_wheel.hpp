@@ -251,6 +251,7 @@ class timing_wheel {
   using slot_list = detail::slot_list<wheel_entry>;
 
   duration from_tick(std::uint64_t tick) const noexcept;
+  std::uint64_t divide_by_tick(std::uint64_t n) const noexcept;
   void file(wheel_entry& entry) noexcept;
   static void unlink(wheel_entry& entry) noexcept;
   // Moves the earliest slot starting at or before `target` into due_ and makes its start
@@ -265,6 +266,7 @@ class timing_wheel {
 
   std::int64_t tick_ns_;
   unsigned levels_;
+  std::uint64_t tick_reciprocal_;  // floor(2^64 / tick), 0 for a 1 ns tick
   std::uint64_t elapsed_;     // current tick: every filed slot starts after it
   std::size_t size_ = 0;
   std::unique_ptr<detail::wheel_level<wheel_entry>[]> wheel_;
