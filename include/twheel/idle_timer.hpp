@@ -211,6 +211,9 @@ class basic_idle_timer {
 
     template <class Handler>
     void operator()(Handler&& handler) const {
+      // async_wait() checked already; saying it again lets GCC see that no path stores
+      // through a null state (it warned, with -Werror, under Boost 1.83's inlining).
+      if (!state) throw std::logic_error("twheel::idle_timer: used after being moved from");
       state->touched.store(false, std::memory_order_relaxed);
       state->cancelled.store(false, std::memory_order_relaxed);
       state->timer.expires_after(state->period);
