@@ -86,9 +86,6 @@ void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
   lock_type lock(mutex_);
   if (driver_) return;
   executor_ = std::move(ex);
-  if (auto* io = executor_.target<boost::asio::io_context::executor_type>()) {
-    io_context_ = &io->context();
-  }
   scheduler_ = detail::scheduler_of(context());
   driver_.emplace(executor_);
   attached_.store(true, std::memory_order_release);

@@ -242,7 +242,6 @@ class wheel_service : public boost::asio::execution_context::service {
   wheel_options options_;
   std::atomic<bool> attached_{false};
   boost::asio::any_io_executor executor_;      // what the driver runs on; set once
-  boost::asio::io_context* io_context_ = nullptr;  // the context, when it is an io_context
   clock_type::time_point origin_;
   mutable detail::service_mutex mutex_;
   timing_wheel wheel_;
