@@ -31,9 +31,11 @@ with no socket error, and the server's count of requests must cover the clients'
 77 (CTest: skipped) with a message if wrk or ab is not installed.
 
 `idle` opens N keep-alive connections to a running server (one request each, spread over
-source addresses 127.0.0.1..127.0.0.255 so that 50,000 fit in the ephemeral ports), then
-prints "ready N" and keeps them until stdin closes; used by scripts/bench_http.sh to
-measure memory per idle connection and the lateness of idle closes.
+source addresses 127.0.0.1..127.0.0.250 so that 50,000 fit in the ephemeral ports), then
+prints "ready N" and keeps them until stdin closes; with --timeout-ms T (the server's
+idle timeout) it opens them one every --pace-ms instead and waits for the server to close
+them: lateness = close - (response arrival + T), early = closes before request sent + T.
+Used by scripts/bench_http.sh for memory per idle connection and idle-close lateness.
 
 Prints a summary with lateness percentiles; exits 1 on any violation, 2 on bad arguments.
 Standard library only.
@@ -318,73 +320,102 @@ def run_timeouts(args):
 
 
 def run_idle(args):
-    """N idle keep-alive connections, one request each; 'ready N'; closes on stdin EOF.
-    With --timeout-ms, instead waits for the server to close them and prints lateness."""
+    """N idle keep-alive connections, one request each, then 'ready N'. Without
+    --timeout-ms, keeps them until stdin closes (memory); with it, waits for the server to
+    close them and prints the lateness of the closes."""
     raise_nofile(args.connections + 256)
+    if args.timeout_ms is not None:
+        return idle_lateness(args)
     sel = selectors.DefaultSelector()
-    socks = {}
-    pending = 0
-    t_sent = {}
-    done_at = {}
-    closed_at = {}
+    socks = []
     buf = {}
+    done = 0
+    pending = 0
     i = 0
-    batch = 200
+    batch = 200  # requests in flight: the server accepts as they come
     while i < args.connections or pending:
-        # Keep at most `batch` requests in flight: the server accepts as they come.
         while i < args.connections and pending < batch:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            s.bind(("127.0.0.%d" % (1 + i % 250), 0))
+            s.bind(("127.0.0.%d" % (1 + i % 250), 0))  # 50,000 fit in the ephemeral ports
             s.connect((HOST, args.port))
             s.setblocking(False)
-            t_sent[s.fileno()] = time.monotonic()
             s.send(REQUEST)
             sel.register(s, selectors.EVENT_READ, s)
-            socks[s.fileno()] = s
-            buf[s.fileno()] = b""
+            socks.append(s)
+            buf[s] = b""
             pending += 1
             i += 1
         for key, _ in sel.select(1.0):
             s = key.data
-            fd = s.fileno()
             try:
                 d = s.recv(4096)
             except ConnectionResetError:
                 d = b""
-            if not d:
-                closed_at[fd] = time.monotonic()
-                sel.unregister(s)
-                if fd not in done_at:
-                    pending -= 1
-                continue
-            buf[fd] += d
-            if fd not in done_at and response_complete(buf[fd]):
-                done_at[fd] = time.monotonic()
-                pending -= 1
-    print("ready %d" % len(done_at), flush=True)
-    if args.timeout_ms is None:
-        sys.stdin.read()
-        return 0
+            sel.unregister(s)
+            pending -= 1
+            buf[s] += d
+            if d and response_complete(buf[s]):
+                done += 1
+            else:
+                print("connection closed or response incomplete", file=sys.stderr)
+    print("ready %d" % done, flush=True)
+    sys.stdin.read()
+    return 0
+
+
+def idle_lateness(args):
+    """Paced: one connection every --pace-ms, on one event loop, so that the arrival of
+    each response (the start of its idle period) and each close are seen as they happen."""
+    sel = selectors.DefaultSelector()
     T = args.timeout_ms / 1000.0
-    end = time.monotonic() + T * 2 + 10
-    while len(closed_at) < len(socks) and time.monotonic() < end:
-        for key, _ in sel.select(0.5):
+    pace = args.pace_ms / 1000.0
+    state = {}  # sock -> [t_sent, t_done, t_closed, buffer]
+    i = 0
+    next_at = time.monotonic()
+    end = None
+    closed = 0
+    while closed < args.connections:
+        now = time.monotonic()
+        if i < args.connections and now >= next_at:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.%d" % (1 + i % 250), 0))
+            s.connect((HOST, args.port))
+            s.setblocking(False)
+            state[s] = [time.monotonic(), None, None, b""]
+            s.send(REQUEST)
+            sel.register(s, selectors.EVENT_READ, s)
+            i += 1
+            next_at += pace
+            if i == args.connections:
+                end = time.monotonic() + 2 * T + 10
+        if end is not None and time.monotonic() > end:
+            break
+        wait = 0 if i < args.connections else 0.05
+        for key, _ in sel.select(wait):
             s = key.data
+            st = state[s]
+            t = time.monotonic()
             try:
                 d = s.recv(4096)
             except ConnectionResetError:
                 d = b""
             if not d:
-                closed_at[s.fileno()] = time.monotonic()
+                st[2] = t
                 sel.unregister(s)
-    late = [(closed_at[fd] - done_at[fd] - T) * 1000.0 for fd in done_at if fd in closed_at]
-    early = [(closed_at[fd] - t_sent[fd]) * 1000.0 for fd in done_at
-             if fd in closed_at and closed_at[fd] - t_sent[fd] < T]
+                s.close()
+                closed += 1
+                continue
+            st[3] += d
+            if st[1] is None and response_complete(st[3]):
+                st[1] = t
+    late = [(st[2] - st[1] - T) * 1000.0 for st in state.values() if st[1] and st[2]]
+    early = sum(1 for st in state.values() if st[2] and st[2] - st[0] < T)
+    print("ready %d" % sum(1 for st in state.values() if st[1]), flush=True)
     print("closes %d of %d; lateness ms: p50 %.3f p99 %.3f max %.3f; early %d" % (
-        len(late), len(socks), percentile(late, 50), percentile(late, 99),
-        max(late) if late else float("nan"), len(early)), flush=True)
-    return 0 if not early and len(late) == len(socks) else 1
+        len(late), args.connections, percentile(late, 50), percentile(late, 99),
+        max(late) if late else float("nan"), early), flush=True)
+    return 0 if not early and len(late) == args.connections else 1
 
 
 def run_load(args):
@@ -481,6 +512,7 @@ def main():
     i.add_argument("--port", type=int, required=True)
     i.add_argument("--connections", type=int, required=True)
     i.add_argument("--timeout-ms", type=int)
+    i.add_argument("--pace-ms", type=float, default=0.1)
     args = p.parse_args()
     if args.mode == "timeouts":
         if min(args.idle_timeout_ms, args.header_timeout_ms, args.write_timeout_ms) < 1:
