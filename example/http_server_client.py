@@ -132,7 +132,25 @@ def run_timeouts(args):
         seq += 1
         heapq.heappush(events, (at, seq, action, c))
 
-    t0 = time.monotonic() + 0.1
+    violations = []
+    # The writer first, and alone: the server builds its response and copies megabytes
+    # into the socket before its write blocks, which must not delay the closes being
+    # measured (under a sanitizer that takes tens of ms). The timed clients start once the
+    # response has begun to arrive and the server's write has had time to block.
+    writer = Client("writer")
+    ws = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ws.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: writes block
+    ws.connect((HOST, port))
+    ws.send(b"GET /bytes/16777216 HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    with selectors.DefaultSelector() as probe:
+        probe.register(ws, selectors.EVENT_READ)
+        if not probe.select(10.0):
+            violations.append("writer: no response within 10 s")
+    time.sleep(0.2)
+    writer.sock = ws
+    schedule(time.monotonic() + 2 * args.write_timeout_ms / 1000.0 + 0.5, "drain", writer)
+
+    t0 = time.monotonic() + 0.05
     # Staggered starts so that the server accepts each connection as it arrives.
     order = []  # the kinds interleaved
     for i in range(max(args.silent, args.keepalive, args.slow)):
@@ -144,14 +162,10 @@ def run_timeouts(args):
         clients.append(c)
         schedule(t0 + i * args.stagger_ms / 1000.0, "connect", c)
     talker = Client("talker")
-    writer = Client("writer")
     clients += [talker, writer]
     schedule(t0, "connect", talker)
-    # The writer first: the server's first write of its response (megabytes copied into
-    # the socket) must not delay the closes being measured.
-    schedule(t0 - 0.04, "connect", writer)
 
-    violations = []
+
     deadline = t0 + len(order) * args.stagger_ms / 1000.0 + max(T, H) * 2 + 20 * T + 5.0
 
     def closed(c, now):
@@ -202,8 +216,6 @@ def run_timeouts(args):
             if action == "connect":
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if c.kind == "writer":  # a small window: the server's writes block soon
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 c.t_lower = time.monotonic()
                 s.connect((HOST, port))
                 c.t_upper = time.monotonic()
@@ -216,11 +228,6 @@ def run_timeouts(args):
                     c.t_upper = None
                 elif c.kind == "slow":
                     schedule(time.monotonic(), "byte", c)
-                elif c.kind == "writer":
-                    s.send(b"GET /bytes/16777216 HTTP/1.1\r\nHost: localhost\r\n\r\n")
-                    sel.unregister(s)  # never reads until the end
-                    schedule(time.monotonic() + 2 * args.write_timeout_ms / 1000.0 + 0.5,
-                             "drain", c)
             elif action == "request":
                 c.t_lower = time.monotonic()
                 c.sock.send(REQUEST)
