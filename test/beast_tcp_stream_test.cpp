@@ -539,6 +539,73 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_racing_completion, Stream, stream_types) {
   BOOST_TEST(timeouts + successes == 40);
 }
 
+// The same race made deterministic: the read's handler is bound to a second context that
+// runs only when the test says so, so the read's completion and its timeout queue up there
+// in an order the test chooses.
+//
+// Timeout first, then the data: the timeout closes the socket, but the read had already
+// completed with the data. Beast reports beast::error::timeout (with the bytes count).
+BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_queued_before_a_completed_read_wins, Stream,
+                              stream_types) {
+  asio::io_context io;       // sockets, timers, the wheel
+  asio::io_context handlers;  // where the read's handler (and so its timeout) runs
+  pair<Stream> p(io);
+  std::array<char, 16> buf{};
+  result r;
+  p.client.expires_after(10ms);
+  p.client.async_read_some(asio::buffer(buf),
+                           asio::bind_executor(handlers.get_executor(), r.handler()));
+  io.restart();
+  io.run_for(60ms);  // the expiry passes: the timeout is queued on `handlers`
+  asio::write(p.peer, asio::buffer("data", 4));
+  io.restart();
+  io.run_for(60ms);  // the read completes: its continuation is queued behind the timeout
+  BOOST_TEST(r.calls == 0);
+  handlers.restart();
+  handlers.run_for(1s);
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(r.ec == timeout_ec);
+  BOOST_TEST(!p.client.socket().is_open());
+}
+
+// The data first, then the timeout: the read succeeds, and its timeout, already fired and
+// queued behind it, is stale: it must not close the socket.
+BOOST_AUTO_TEST_CASE_TEMPLATE(completed_read_queued_before_its_timeout_wins, Stream,
+                              stream_types) {
+  asio::io_context io;
+  asio::io_context handlers;
+  pair<Stream> p(io);
+  std::array<char, 16> buf{};
+  result r;
+  p.client.expires_after(30ms);
+  p.client.async_read_some(asio::buffer(buf),
+                           asio::bind_executor(handlers.get_executor(), r.handler()));
+  asio::write(p.peer, asio::buffer("data", 4));
+  io.restart();
+  io.run_for(10ms);  // the read completes: its continuation is queued on `handlers`
+  io.restart();
+  io.run_for(80ms);  // the expiry passes: the timeout is queued behind it
+  BOOST_TEST(r.calls == 0);
+  handlers.restart();
+  handlers.run_for(200ms);
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(!r.ec);
+  BOOST_TEST(r.n == 4u);
+  BOOST_TEST(p.client.socket().is_open());
+  // And the stream goes on with a new expiry.
+  result r2;
+  p.client.expires_after(5s);
+  p.client.async_read_some(asio::buffer(buf),
+                           asio::bind_executor(handlers.get_executor(), r2.handler()));
+  asio::write(p.peer, asio::buffer("more", 4));
+  io.restart();
+  io.run_for(20ms);
+  handlers.restart();
+  handlers.run_for(100ms);
+  BOOST_TEST(!r2.ec);
+  BOOST_TEST(r2.n == 4u);
+}
+
 // ---------------------------------------------------------------------------------------
 // Connect
 // ---------------------------------------------------------------------------------------
