@@ -543,12 +543,23 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_racing_completion, Stream, stream_types) {
 // runs only when the test says so, so the read's completion and its timeout queue up there
 // in an order the test chooses.
 //
+// Lets everything queued on either context finish, so that nothing outlives the test.
+static void settle_both(asio::io_context& io, asio::io_context& handlers) {
+  for (int i = 0; i < 10; ++i) {
+    io.restart();
+    io.run_for(5ms);
+    handlers.restart();
+    handlers.poll();
+  }
+}
+
 // Timeout first, then the data: the timeout closes the socket, but the read had already
 // completed with the data. Beast reports beast::error::timeout (with the bytes count).
 BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_queued_before_a_completed_read_wins, Stream,
                               stream_types) {
-  asio::io_context io;       // sockets, timers, the wheel
   asio::io_context handlers;  // where the read's handler (and so its timeout) runs
+  asio::io_context io;        // sockets, timers, the wheel (destroyed first: its
+                              // operations hold work on `handlers`)
   pair<Stream> p(io);
   std::array<char, 16> buf{};
   result r;
@@ -566,14 +577,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_queued_before_a_completed_read_wins, Strea
   BOOST_TEST(r.calls == 1);
   BOOST_TEST(r.ec == timeout_ec);
   BOOST_TEST(!p.client.socket().is_open());
+  settle_both(io, handlers);
 }
 
 // The data first, then the timeout: the read succeeds, and its timeout, already fired and
 // queued behind it, is stale: it must not close the socket.
 BOOST_AUTO_TEST_CASE_TEMPLATE(completed_read_queued_before_its_timeout_wins, Stream,
                               stream_types) {
-  asio::io_context io;
   asio::io_context handlers;
+  asio::io_context io;
   pair<Stream> p(io);
   std::array<char, 16> buf{};
   result r;
@@ -604,6 +616,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(completed_read_queued_before_its_timeout_wins, Str
   handlers.run_for(100ms);
   BOOST_TEST(!r2.ec);
   BOOST_TEST(r2.n == 4u);
+  p.client.close();
+  settle_both(io, handlers);
 }
 
 // ---------------------------------------------------------------------------------------
