@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset=${1:?usage: scripts/sanitize.sh asan|tsan}
-scripts/deps.sh
+scripts/deps.sh wrk apache2-utils  # wrk and ab drive the HTTP server example
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j"$(nproc)"
 ctest --preset "$preset"

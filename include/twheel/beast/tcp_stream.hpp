@@ -1,0 +1,647 @@
+// twheel/beast/tcp_stream.hpp: boost::beast::basic_stream's timeouts with the expiries in
+// the context's timing wheel. The only twheel header that includes Beast.
+//
+// The operations follow Beast's own (boost/beast/core/impl/basic_stream.hpp, Boost 1.81)
+// step for step, so the observable semantics are Beast's: each direction has one timer
+// (here a twheel timer: one wheel entry per direction per stream), a timeout handler that
+// closes the socket and marks the direction timed out if its generation ("tick") is still
+// current, and the operation's completion decides the race by cancelling that timer:
+// cancel() == 1 means the operation won; 0 with the mark set means the timeout won (the
+// operation reports beast::error::timeout even if it had succeeded, as Beast's does); 0
+// without the mark means the timeout is already queued and will find a stale tick.
+#ifndef TWHEEL_BEAST_TCP_STREAM_HPP
+#define TWHEEL_BEAST_TCP_STREAM_HPP
+
+#include <twheel/basic_waitable_timer.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/basic_stream_socket.hpp>
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/coroutine.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/wait_traits.hpp>
+#include <boost/beast/core/async_base.hpp>
+#include <boost/beast/core/buffer_traits.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/websocket/teardown.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+namespace twheel::beast {
+namespace detail {
+
+// Blocks for the timeout waits, cached per thread by their exact size. Asio's recycling
+// allocator (what a handler without an allocator gets) hands a new operation any cached
+// block big enough, often a freed socket operation several times the wait's size, which
+// an idle connection then holds for as long as it waits: measured in example/http_server,
+// about 300 B more per idle connection than exact-size blocks. Steady state allocates
+// nothing either way (the aborted wait of one operation frees the block the next reuses).
+class timeout_block_cache {
+ public:
+  static void* allocate(std::size_t size) {
+    if (!dead()) {
+      for (slot& s : local().slots_) {
+        if (s.block != nullptr && s.size == size) return std::exchange(s.block, nullptr);
+      }
+    }
+    return ::operator new(size);
+  }
+
+  static void deallocate(void* block, std::size_t size) noexcept {
+    if (!dead()) {
+      for (slot& s : local().slots_) {
+        if (s.block == nullptr) {
+          s.block = block;
+          s.size = size;
+          return;
+        }
+      }
+    }
+    ::operator delete(block);
+  }
+
+  timeout_block_cache() = default;
+  timeout_block_cache(const timeout_block_cache&) = delete;
+  timeout_block_cache& operator=(const timeout_block_cache&) = delete;
+  ~timeout_block_cache() {
+    dead() = true;  // blocks freed later on this thread (static destructors) go to delete
+    for (slot& s : slots_) ::operator delete(s.block);
+  }
+
+ private:
+  struct slot {
+    void* block = nullptr;
+    std::size_t size = 0;
+  };
+
+  static timeout_block_cache& local() {
+    thread_local timeout_block_cache cache;
+    return cache;
+  }
+  static bool& dead() {
+    thread_local bool flag = false;  // trivially destructible: readable after the cache
+    return flag;
+  }
+
+  slot slots_[4];  // a read and a write wait, each with its aborted predecessor
+};
+
+template <class T>
+struct timeout_allocator {
+  using value_type = T;
+
+  timeout_allocator() noexcept = default;
+  template <class U>
+  timeout_allocator(const timeout_allocator<U>&) noexcept {}
+
+  T* allocate(std::size_t n) {
+    static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__, "operator new's alignment");
+    return static_cast<T*>(timeout_block_cache::allocate(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    timeout_block_cache::deallocate(p, n * sizeof(T));
+  }
+  template <class U>
+  bool operator==(const timeout_allocator<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const timeout_allocator<U>&) const noexcept {
+    return false;
+  }
+};
+
+}  // namespace detail
+
+/// A stream socket wrapper with timeouts, an executor and Beast's timeout semantics, as
+/// boost::beast::basic_stream (without a rate policy: reads and writes are unlimited).
+///
+/// A call to expires_after() or expires_at() sets the timeout of the reads and writes
+/// (and connects) started after it, until it is changed; expires_never() disables it.
+/// When the expiry passes while an operation of a direction is pending, the socket is
+/// closed and the pending read and write complete with boost::beast::error::timeout. A
+/// direction whose operation is pending keeps the expiry it started with: expires_after()
+/// only changes the other one (as Beast's does). If the expiry passed before an operation
+/// starts, that operation times out at once.
+///
+/// The expiries live in the timing wheel of the socket executor's context: one wheel entry
+/// per direction, re-armed per operation. Expiries are rounded up to the wheel's tick
+/// (1 ms by default): a timeout is never early, and at most a tick plus scheduling late.
+///
+/// @tparam Protocol A protocol meeting Asio's Protocol requirements (ip::tcp).
+/// @tparam Executor The executor of the socket and of handlers without their own.
+///
+/// @par Thread Safety
+/// @e Distinct @e objects: Safe.
+/// @e Shared @e objects: Unsafe. The application must also ensure that all asynchronous
+/// operations are performed within the same implicit or explicit strand.
+template <class Protocol, class Executor = boost::asio::any_io_executor>
+class basic_stream {
+ public:
+  /// The type of the underlying socket.
+  using socket_type = boost::asio::basic_stream_socket<Protocol, Executor>;
+  /// The type of the executor associated with the stream.
+  using executor_type = Executor;
+  /// Rebinds the stream type to another executor.
+  template <class Executor1>
+  struct rebind_executor {
+    /// The stream type when rebound to the specified executor.
+    using other = basic_stream<Protocol, Executor1>;
+  };
+  /// The protocol type.
+  using protocol_type = Protocol;
+  /// The endpoint type.
+  using endpoint_type = typename Protocol::endpoint;
+
+ private:
+  using clock_type = std::chrono::steady_clock;
+  using time_point = clock_type::time_point;
+  using timer_type =
+      twheel::basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>, Executor>;
+  using error_code = boost::system::error_code;
+
+  static time_point never() noexcept { return (time_point::max)(); }
+
+  // One direction: its timer (the wheel entry), the generation of its operations, and
+  // whether an operation is pending or was timed out.
+  struct op_state {
+    timer_type timer;
+    std::uint64_t tick = 0;  // counts operations; a timeout of an older one is stale
+    bool pending = false;
+    bool timeout = false;  // set by the timeout handler, consumed by the operation
+
+    explicit op_state(const Executor& ex) : timer(ex, never()) {}
+    op_state(op_state&&) = default;
+  };
+
+  // Shared with the operations (they hold it strongly) so that the stream can be moved
+  // or destroyed while they are pending; timeouts hold it weakly.
+  struct impl_type {
+    socket_type socket;
+    op_state read;
+    op_state write;
+
+    template <class... Args>
+    explicit impl_type(Args&&... args)
+        : socket(std::forward<Args>(args)...),
+          read(socket.get_executor()),
+          write(socket.get_executor()) {}
+    impl_type(impl_type&&) = default;
+
+    void close() noexcept {
+      error_code ec;
+      socket.close(ec);
+    }
+
+    // Beast's rule: a pending direction keeps its expiry; expires_* changes the others.
+    void set_expiry(time_point t) {
+      if (!read.pending) read.timer.expires_at(t);
+      if (!write.pending) write.timer.expires_at(t);
+    }
+  };
+
+  // Clears a pending flag when the operation completes or is destroyed without completing.
+  class pending_guard {
+   public:
+    pending_guard() = default;
+    explicit pending_guard(bool& b) : b_(&b) { *b_ = true; }
+    pending_guard(pending_guard&& other) noexcept : b_(std::exchange(other.b_, nullptr)) {}
+    pending_guard& operator=(pending_guard&&) = delete;
+    ~pending_guard() { reset(); }
+    void assign(bool& b) {
+      b_ = &b;
+      *b_ = true;
+    }
+    void reset() noexcept {
+      if (b_) *std::exchange(b_, nullptr) = false;
+    }
+
+   private:
+    bool* b_ = nullptr;
+  };
+
+  // Runs on the operation's executor (a strand stays a strand). Small on purpose: it is
+  // the per-operation wheel wait's whole state.
+  template <class Executor2>
+  struct timeout_handler {
+    using executor_type = Executor2;
+
+    op_state* state;
+    std::weak_ptr<impl_type> wp;
+    std::uint64_t tick;
+    Executor2 ex;
+
+    executor_type get_executor() const noexcept { return ex; }
+
+    // Exact-size blocks (see detail::timeout_block_cache).
+    using allocator_type = detail::timeout_allocator<void>;
+    allocator_type get_allocator() const noexcept { return {}; }
+
+    void operator()(error_code ec) {
+      if (ec == boost::asio::error::operation_aborted) return;  // the operation won
+      auto sp = wp.lock();
+      if (!sp) return;                  // the stream and its operations are gone
+      if (tick < state->tick) return;   // fired after its operation completed: stale
+      sp->close();                      // fails the pending read and write
+      state->timeout = true;
+    }
+  };
+
+  // The race, decided at the operation's completion (see the top of this file).
+  static void settle(op_state& state, error_code& ec) {
+    if (state.timer.expiry() == never()) return;
+    ++state.tick;
+    if (state.timer.cancel() == 0 && state.timeout) {
+      ec = boost::beast::error::timeout;
+      state.timeout = false;
+    }
+  }
+
+  // Files the operation's timeout in the wheel, unless the direction has none.
+  template <class Executor2>
+  static void arm(const std::shared_ptr<impl_type>& impl, op_state& state,
+                  const Executor2& ex) {
+    if (state.timer.expiry() != never()) {
+      state.timer.async_wait(timeout_handler<Executor2>{&state, impl, state.tick, ex});
+    }
+  }
+
+  template <bool IsRead, class Buffers, class Handler>
+  class transfer_op : public boost::beast::async_base<Handler, Executor>,
+                      public boost::asio::coroutine {
+   public:
+    template <class Handler_>
+    transfer_op(Handler_&& h, basic_stream& s, const Buffers& b)
+        : boost::beast::async_base<Handler, Executor>(std::forward<Handler_>(h),
+                                                      s.get_executor()),
+          impl_(s.impl_),
+          b_(b) {
+      this->set_allowed_cancellation(boost::asio::cancellation_type::all);
+      if (boost::beast::buffer_bytes(b_) == 0 && state().pending) {
+        // Beast's corner case (boostorg/beast#2065): a zero-length operation while one is
+        // pending (an SSL stream's zero-length write) completes at once, untimed.
+        this->complete(false, error_code(), 0);
+      } else {
+        pg_.assign(state().pending);
+        (*this)({});
+      }
+    }
+
+    void operator()(error_code ec, std::size_t bytes_transferred = 0) {
+      BOOST_ASIO_CORO_REENTER(*this) {
+        if (boost::beast::buffer_bytes(b_) == 0) {
+          // No wait for an empty transfer: the expiry is checked by hand afterwards, as
+          // Beast does, so the result does not depend on the platform.
+          BOOST_ASIO_CORO_YIELD perform(boost::asio::mutable_buffer());
+          if (state().timer.expiry() <= clock_type::now()) {
+            impl_->close();
+            ec = boost::beast::error::timeout;
+          }
+          goto upcall;
+        }
+        arm(impl_, state(), this->get_executor());
+        BOOST_ASIO_CORO_YIELD perform(b_);
+        settle(state(), ec);
+      upcall:
+        pg_.reset();
+        this->complete_now(ec, bytes_transferred);
+      }
+    }
+
+   private:
+    op_state& state() { return IsRead ? impl_->read : impl_->write; }
+
+    template <class B>
+    void perform(const B& b) {
+      if constexpr (IsRead) {
+        impl_->socket.async_read_some(b, std::move(*this));
+      } else {
+        impl_->socket.async_write_some(b, std::move(*this));
+      }
+    }
+
+    std::shared_ptr<impl_type> impl_;
+    pending_guard pg_;
+    Buffers b_;
+  };
+
+  // A connect counts as a read and a write (both pending); the write timer times it.
+  template <class Handler>
+  class connect_op : public boost::beast::async_base<Handler, Executor> {
+   public:
+    template <class Handler_, class Start>
+    connect_op(Handler_&& h, basic_stream& s, Start&& start)
+        : boost::beast::async_base<Handler, Executor>(std::forward<Handler_>(h),
+                                                      s.get_executor()),
+          impl_(s.impl_),
+          pg0_(impl_->read.pending),
+          pg1_(impl_->write.pending) {
+      this->set_allowed_cancellation(boost::asio::cancellation_type::all);
+      arm(impl_, impl_->write, this->get_executor());
+      std::forward<Start>(start)(impl_->socket, std::move(*this));  // *this is moved-from
+    }
+
+    template <class... Args>
+    void operator()(error_code ec, Args&&... args) {
+      settle(impl_->write, ec);
+      pg0_.reset();
+      pg1_.reset();
+      this->complete_now(ec, std::forward<Args>(args)...);
+    }
+
+   private:
+    std::shared_ptr<impl_type> impl_;
+    pending_guard pg0_;
+    pending_guard pg1_;
+  };
+
+  struct run_read_op {
+    template <class ReadHandler, class Buffers>
+    void operator()(ReadHandler&& h, basic_stream* s, const Buffers& b) const {
+      transfer_op<true, Buffers, std::decay_t<ReadHandler>>(std::forward<ReadHandler>(h), *s, b);
+    }
+  };
+
+  struct run_write_op {
+    template <class WriteHandler, class Buffers>
+    void operator()(WriteHandler&& h, basic_stream* s, const Buffers& b) const {
+      transfer_op<false, Buffers, std::decay_t<WriteHandler>>(std::forward<WriteHandler>(h), *s,
+                                                              b);
+    }
+  };
+
+  struct run_connect_op {
+    template <class ConnectHandler>
+    void operator()(ConnectHandler&& h, basic_stream* s, const endpoint_type& ep) const {
+      connect_op<std::decay_t<ConnectHandler>>(
+          std::forward<ConnectHandler>(h), *s,
+          [&ep](socket_type& socket, auto&& op) { socket.async_connect(ep, std::move(op)); });
+    }
+  };
+
+  struct run_connect_range_op {
+    template <class RangeConnectHandler, class EndpointSequence, class Condition>
+    void operator()(RangeConnectHandler&& h, basic_stream* s, const EndpointSequence& eps,
+                    const Condition& cond) const {
+      connect_op<std::decay_t<RangeConnectHandler>>(
+          std::forward<RangeConnectHandler>(h), *s, [&](socket_type& socket, auto&& op) {
+            boost::asio::async_connect(socket, eps, cond, std::move(op));
+          });
+    }
+  };
+
+  struct run_connect_iter_op {
+    template <class IteratorConnectHandler, class Iterator, class Condition>
+    void operator()(IteratorConnectHandler&& h, basic_stream* s, Iterator begin, Iterator end,
+                    const Condition& cond) const {
+      connect_op<std::decay_t<IteratorConnectHandler>>(
+          std::forward<IteratorConnectHandler>(h), *s, [&](socket_type& socket, auto&& op) {
+            boost::asio::async_connect(socket, begin, end, cond, std::move(op));
+          });
+    }
+  };
+
+  struct any_endpoint {
+    template <class Error, class Endpoint>
+    bool operator()(const Error&, const Endpoint&) const noexcept {
+      return true;
+    }
+  };
+
+  template <class P, class E>
+  friend class basic_stream;
+
+  std::shared_ptr<impl_type> impl_;
+
+ public:
+  /// Constructs the stream by forwarding all arguments to the underlying socket (an
+  /// executor, an execution context, a socket, or what else the socket accepts). The
+  /// socket must then be connected or accepted before data can be sent or received.
+  template <class Arg0, class... Args,
+            std::enable_if_t<!std::is_same_v<std::decay_t<Arg0>, basic_stream> &&
+                                 std::is_constructible_v<socket_type, Arg0, Args...>,
+                             int> = 0>
+  explicit basic_stream(Arg0&& arg0, Args&&... args)
+      : impl_(std::make_shared<impl_type>(std::forward<Arg0>(arg0),
+                                          std::forward<Args>(args)...)) {}
+
+  /// Constructs the stream from one with another executor type, taking its socket.
+  template <class Executor_, std::enable_if_t<!std::is_same_v<Executor_, Executor>, int> = 0>
+  explicit basic_stream(basic_stream<Protocol, Executor_>&& other)
+      : impl_(std::make_shared<impl_type>(std::move(other.impl_->socket))) {}
+
+  /// Move constructor. The moved-from object is as if newly constructed (no socket
+  /// open). Operations pending on `other` stay with its old state, as in Beast: move a
+  /// stream only while none is pending.
+  basic_stream(basic_stream&& other)
+      : impl_(std::make_shared<impl_type>(std::move(*other.impl_))) {}
+
+  /// Not assignable (as Beast's).
+  basic_stream& operator=(basic_stream&&) = delete;
+
+  /// Destroys the stream: closes the socket, so that pending operations complete with
+  /// boost::asio::error::operation_aborted (they keep the shared state alive).
+  ~basic_stream() { impl_->close(); }
+
+  /// The underlying socket.
+  socket_type& socket() noexcept { return impl_->socket; }
+  /// The underlying socket.
+  const socket_type& socket() const noexcept { return impl_->socket; }
+
+  /// Cancels the pending operations (as cancel()) and transfers the socket to the caller.
+  socket_type release_socket() {
+    cancel();
+    return std::move(impl_->socket);
+  }
+
+  /// The executor of the stream (that of its socket).
+  executor_type get_executor() noexcept { return impl_->socket.get_executor(); }
+
+  /// Sets the timeout of the operations started from now on, as a duration from now: of
+  /// both directions, except one whose operation is pending (it keeps its own).
+  void expires_after(std::chrono::steady_clock::duration expiry_time) {
+    impl_->set_expiry(after_now(expiry_time));
+  }
+
+  /// Sets the timeout of the operations started from now on, as an absolute time; as
+  /// expires_after() otherwise.
+  void expires_at(std::chrono::steady_clock::time_point expiry_time) {
+    impl_->set_expiry(expiry_time);
+  }
+
+  /// Disables the timeout of the operations started from now on (a pending direction
+  /// keeps its own).
+  void expires_never() { impl_->set_expiry(never()); }
+
+  /// Cancels the pending connect, read and write: they complete with
+  /// boost::asio::error::operation_aborted unless they had already completed.
+  void cancel() {
+    error_code ec;
+    impl_->socket.cancel(ec);
+  }
+
+  /// Closes the socket, cancelling the pending operations as cancel() does.
+  void close() { impl_->close(); }
+
+  /// Connects the socket to `ep`, with the timeout of the write direction.
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code) @endcode
+  /// boost::beast::error::timeout if the timeout passed first (the socket is then closed).
+  ///
+  /// @par Per-Operation Cancellation
+  /// Forwarded to the socket's connect: terminal, partial and total.
+  template <class ConnectHandler =
+                boost::asio::default_completion_token_t<executor_type>>
+  auto async_connect(const endpoint_type& ep,
+                     ConnectHandler&& handler =
+                         boost::asio::default_completion_token_t<executor_type>{}) {
+    return boost::asio::async_initiate<ConnectHandler, void(error_code)>(run_connect_op{},
+                                                                         handler, this, ep);
+  }
+
+  /// Connects to the first endpoint of `endpoints` that accepts, as
+  /// boost::asio::async_connect, within one timeout.
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code, typename Protocol::endpoint) @endcode
+  template <class EndpointSequence,
+            class RangeConnectHandler = boost::asio::default_completion_token_t<executor_type>,
+            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value, int> = 0>
+  auto async_connect(const EndpointSequence& endpoints,
+                     RangeConnectHandler&& handler =
+                         boost::asio::default_completion_token_t<executor_type>{}) {
+    return boost::asio::async_initiate<RangeConnectHandler,
+                                       void(error_code, typename Protocol::endpoint)>(
+        run_connect_range_op{}, handler, this, endpoints, any_endpoint{});
+  }
+
+  /// Connects to the first endpoint of `endpoints` that passes `connect_condition` and
+  /// accepts, within one timeout.
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code, typename Protocol::endpoint) @endcode
+  template <class EndpointSequence, class ConnectCondition,
+            class RangeConnectHandler = boost::asio::default_completion_token_t<executor_type>,
+            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value, int> = 0>
+  auto async_connect(const EndpointSequence& endpoints, ConnectCondition connect_condition,
+                     RangeConnectHandler&& handler =
+                         boost::asio::default_completion_token_t<executor_type>{}) {
+    return boost::asio::async_initiate<RangeConnectHandler,
+                                       void(error_code, typename Protocol::endpoint)>(
+        run_connect_range_op{}, handler, this, endpoints, connect_condition);
+  }
+
+  /// Connects to the first endpoint in [begin, end) that accepts, within one timeout.
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code, Iterator) @endcode
+  template <class Iterator,
+            class IteratorConnectHandler = boost::asio::default_completion_token_t<executor_type>,
+            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value, int> = 0>
+  auto async_connect(Iterator begin, Iterator end,
+                     IteratorConnectHandler&& handler =
+                         boost::asio::default_completion_token_t<executor_type>{}) {
+    return boost::asio::async_initiate<IteratorConnectHandler, void(error_code, Iterator)>(
+        run_connect_iter_op{}, handler, this, begin, end, any_endpoint{});
+  }
+
+  /// Connects to the first endpoint in [begin, end) that passes `connect_condition` and
+  /// accepts, within one timeout.
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code, Iterator) @endcode
+  template <class Iterator, class ConnectCondition,
+            class IteratorConnectHandler = boost::asio::default_completion_token_t<executor_type>,
+            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value, int> = 0>
+  auto async_connect(Iterator begin, Iterator end, ConnectCondition connect_condition,
+                     IteratorConnectHandler&& handler =
+                         boost::asio::default_completion_token_t<executor_type>{}) {
+    return boost::asio::async_initiate<IteratorConnectHandler, void(error_code, Iterator)>(
+        run_connect_iter_op{}, handler, this, begin, end, connect_condition);
+  }
+
+  /// Reads some data, with the read direction's timeout.
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code, std::size_t) @endcode
+  /// boost::beast::error::timeout if the timeout passed first (the socket is then closed).
+  ///
+  /// @par Per-Operation Cancellation
+  /// Forwarded to the socket's read: terminal, partial and total.
+  template <class MutableBufferSequence,
+            class ReadHandler = boost::asio::default_completion_token_t<executor_type>>
+  auto async_read_some(const MutableBufferSequence& buffers,
+                       ReadHandler&& handler =
+                           boost::asio::default_completion_token_t<executor_type>{}) {
+    static_assert(boost::asio::is_mutable_buffer_sequence<MutableBufferSequence>::value,
+                  "MutableBufferSequence type requirements not met");
+    return boost::asio::async_initiate<ReadHandler, void(error_code, std::size_t)>(
+        run_read_op{}, handler, this, buffers);
+  }
+
+  /// Writes some data, with the write direction's timeout.
+  ///
+  /// @par Completion Signature
+  /// @code void(boost::system::error_code, std::size_t) @endcode
+  /// boost::beast::error::timeout if the timeout passed first (the socket is then closed).
+  ///
+  /// @par Per-Operation Cancellation
+  /// Forwarded to the socket's write: terminal, partial and total.
+  template <class ConstBufferSequence,
+            class WriteHandler = boost::asio::default_completion_token_t<executor_type>>
+  auto async_write_some(const ConstBufferSequence& buffers,
+                        WriteHandler&& handler =
+                            boost::asio::default_completion_token_t<executor_type>{}) {
+    static_assert(boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value,
+                  "ConstBufferSequence type requirements not met");
+    return boost::asio::async_initiate<WriteHandler, void(error_code, std::size_t)>(
+        run_write_op{}, handler, this, buffers);
+  }
+
+ private:
+  static time_point after_now(std::chrono::steady_clock::duration d) {
+    const time_point now = clock_type::now();
+    if (d > clock_type::duration::zero() && now > time_point::max() - d) return never();
+    return now + d;
+  }
+};
+
+/// A TCP/IP stream socket with Beast's timeouts on the wheel: the drop-in for
+/// boost::beast::tcp_stream.
+using tcp_stream = basic_stream<boost::asio::ip::tcp>;
+
+/// Closes the stream's socket (found by boost::beast::close_socket through ADL).
+template <class Protocol, class Executor>
+void beast_close_socket(basic_stream<Protocol, Executor>& stream) {
+  boost::system::error_code ec;
+  stream.socket().close(ec);
+}
+
+/// Tears down the websocket connection's stream (found by websocket::stream through ADL).
+template <class Protocol, class Executor>
+void teardown(boost::beast::role_type role, basic_stream<Protocol, Executor>& stream,
+              boost::system::error_code& ec) {
+  using boost::beast::websocket::teardown;
+  teardown(role, stream.socket(), ec);
+}
+
+/// Tears down the websocket connection's stream asynchronously (found through ADL).
+template <class Protocol, class Executor, class TeardownHandler>
+void async_teardown(boost::beast::role_type role, basic_stream<Protocol, Executor>& stream,
+                    TeardownHandler&& handler) {
+  using boost::beast::websocket::async_teardown;
+  async_teardown(role, stream.socket(), std::forward<TeardownHandler>(handler));
+}
+
+}  // namespace twheel::beast
+
+#endif  // TWHEEL_BEAST_TCP_STREAM_HPP

@@ -1,0 +1,902 @@
+// beast_tcp_stream_test.cpp: conformance suite for twheel::beast::tcp_stream.
+//
+// Every template case runs against boost::beast::tcp_stream AND twheel::beast::tcp_stream
+// over real loopback sockets, so each expectation is first Beast's own behaviour and then
+// required of twheel. The stream type is only ever spelled `Stream` in those cases; the
+// few twheel-only checks (wheel entries, allocations) come last and say so.
+//
+// Timing rules: timeouts are tens of ms; a timeout may complete late (scheduling, the
+// wheel's 1 ms tick) but never early, so only lower bounds are asserted.
+#define BOOST_TEST_MODULE beast_tcp_stream
+#include <boost/test/unit_test.hpp>
+
+#include <twheel/beast/tcp_stream.hpp>
+#include <twheel/wheel_service.hpp>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/mpl/list.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+// Counts every allocation of the process, for the "no allocation per operation" check.
+namespace {
+std::atomic<std::size_t> g_allocations{0};
+}
+// GCC pairs the inlined malloc/free with new/delete expressions and warns; they match.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+__attribute__((noinline)) void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+__attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using boost::system::error_code;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+using wall = std::chrono::steady_clock;
+
+using stream_types = boost::mpl::list<beast::tcp_stream, twheel::beast::tcp_stream>;
+
+const error_code timeout_ec = beast::error::timeout;
+const error_code aborted = asio::error::operation_aborted;
+const error_code not_done = asio::error::would_block;  // "the handler never ran"
+
+// ctx.run() with a watchdog that stops the context after `limit`: a broken stream fails
+// the case instead of hanging the suite. Returns false if the watchdog had to stop it.
+bool run_ctx(asio::io_context& ctx, std::chrono::nanoseconds limit = 10s) {
+  ctx.restart();
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  bool fired = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lk(m);
+    if (!cv.wait_for(lk, limit, [&] { return done; })) {
+      fired = true;
+      ctx.stop();
+    }
+  });
+  ctx.run();
+  {
+    std::lock_guard<std::mutex> lk(m);
+    done = true;
+  }
+  cv.notify_one();
+  watchdog.join();
+  return !fired;
+}
+
+template <class Pred>
+bool run_until(asio::io_context& ctx, Pred pred, std::chrono::nanoseconds limit = 10s) {
+  const auto deadline = wall::now() + limit;
+  while (!pred()) {
+    if (wall::now() >= deadline) return false;
+    if (ctx.stopped()) ctx.restart();
+    ctx.run_one_for(2ms);
+  }
+  return true;
+}
+
+// A connected pair over loopback: `client` is the stream under test, `peer` a plain socket.
+template <class Stream>
+struct pair {
+  tcp::acceptor acceptor;
+  Stream client;
+  tcp::socket peer;
+
+  explicit pair(asio::io_context& ctx)
+      : acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0)),
+        client(ctx),
+        peer(ctx) {
+    client.socket().connect(acceptor.local_endpoint());
+    acceptor.accept(peer);
+  }
+};
+
+// Fills the peer's receive buffer and the client's send buffer: the next write blocks.
+template <class Stream>
+std::size_t fill_send_buffer(Stream& s) {
+  s.socket().non_blocking(true);
+  std::vector<char> chunk(1 << 16, 'x');
+  std::size_t total = 0;
+  for (;;) {
+    error_code ec;
+    const std::size_t n = s.socket().write_some(asio::buffer(chunk), ec);
+    if (ec == asio::error::would_block) break;
+    BOOST_REQUIRE(!ec);
+    total += n;
+  }
+  s.socket().non_blocking(false);
+  return total;
+}
+
+struct result {
+  error_code ec = not_done;
+  std::size_t n = 0;
+  int calls = 0;
+  wall::time_point at{};
+  auto handler() {
+    return [this](error_code e, std::size_t bytes) {
+      ec = e;
+      n = bytes;
+      ++calls;
+      at = wall::now();
+    };
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Types and construction
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(types_and_construction, Stream, stream_types) {
+  static_assert(beast::is_async_read_stream<Stream>::value);
+  static_assert(beast::is_async_write_stream<Stream>::value);
+  static_assert(std::is_same_v<typename Stream::socket_type, tcp::socket>);
+  static_assert(std::is_same_v<typename Stream::executor_type, asio::any_io_executor>);
+  static_assert(std::is_same_v<typename Stream::protocol_type, tcp>);
+  static_assert(std::is_same_v<typename Stream::endpoint_type, tcp::endpoint>);
+  using strand_stream =
+      typename Stream::template rebind_executor<asio::strand<asio::io_context::executor_type>>::other;
+  static_assert(std::is_same_v<typename strand_stream::executor_type,
+                               asio::strand<asio::io_context::executor_type>>);
+  static_assert(std::is_nothrow_move_constructible_v<tcp::socket>);
+  static_assert(!std::is_copy_constructible_v<Stream>);
+
+  asio::io_context ctx;
+  Stream from_context(ctx);
+  Stream from_executor(ctx.get_executor());
+  Stream from_strand(asio::make_strand(ctx));
+  BOOST_TEST(!from_context.socket().is_open());
+  BOOST_TEST((from_executor.get_executor() == asio::any_io_executor(ctx.get_executor())));
+
+  pair<Stream> p(ctx);
+  const auto remote = p.client.socket().remote_endpoint();
+  Stream moved(std::move(p.client));
+  BOOST_TEST(moved.socket().is_open());
+  BOOST_TEST(moved.socket().remote_endpoint() == remote);
+  BOOST_TEST(!p.client.socket().is_open());
+
+  Stream from_socket(moved.release_socket());
+  BOOST_TEST(from_socket.socket().is_open());
+  BOOST_TEST(from_socket.socket().remote_endpoint() == remote);
+
+  // Converting move from a stream on a strand, as Beast's.
+  strand_stream on_strand(asio::make_strand(ctx));
+  on_strand.socket().open(tcp::v4());
+  Stream converted(std::move(on_strand));
+  BOOST_TEST(converted.socket().is_open());
+
+  // A stream works after its socket was released and moved back.
+  tcp::socket raw = from_socket.release_socket();
+  Stream again(std::move(raw));
+  again.expires_after(5s);
+  result w;
+  const std::string msg = "ping";
+  again.async_write_some(asio::buffer(msg), w.handler());
+  std::array<char, 4> buf{};
+  result r;
+  asio::async_read(p.peer, asio::buffer(buf), [&](error_code ec, std::size_t n) {
+    r.ec = ec;
+    r.n = n;
+  });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(!w.ec);
+  BOOST_TEST(w.n == 4u);
+  BOOST_TEST(std::string(buf.data(), 4) == msg);
+}
+
+// ---------------------------------------------------------------------------------------
+// Read and write timeouts
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(read_timeout_closes_the_socket, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  std::array<char, 16> buf{};
+  result r;
+  const auto t0 = wall::now();
+  p.client.expires_after(30ms);
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(r.ec == timeout_ec);
+  BOOST_TEST(r.n == 0u);
+  BOOST_TEST((r.at - t0 >= 30ms));  // never early
+  BOOST_TEST(!p.client.socket().is_open());
+  // The peer sees the close.
+  error_code ec;
+  p.peer.read_some(asio::buffer(buf), ec);
+  BOOST_TEST(ec == asio::error::eof);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(write_timeout_closes_the_socket, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  fill_send_buffer(p.client);
+  std::vector<char> chunk(1 << 16, 'y');
+  result w;
+  const auto t0 = wall::now();
+  p.client.expires_after(30ms);
+  p.client.async_write_some(asio::buffer(chunk), w.handler());
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(w.calls == 1);
+  BOOST_TEST(w.ec == timeout_ec);
+  BOOST_TEST((w.at - t0 >= 30ms));
+  BOOST_TEST(!p.client.socket().is_open());
+}
+
+// One expiry for both directions: when it passes, the pending read AND the pending write
+// fail with timeout.
+BOOST_AUTO_TEST_CASE_TEMPLATE(pending_read_and_write_both_time_out, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  fill_send_buffer(p.client);
+  std::vector<char> chunk(1 << 16, 'y');
+  std::array<char, 16> buf{};
+  result r, w;
+  const auto t0 = wall::now();
+  p.client.expires_after(40ms);
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  p.client.async_write_some(asio::buffer(chunk), w.handler());
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(w.calls == 1);
+  BOOST_TEST(r.ec == timeout_ec);
+  BOOST_TEST(w.ec == timeout_ec);
+  BOOST_TEST((r.at - t0 >= 40ms));
+  BOOST_TEST((w.at - t0 >= 40ms));
+}
+
+// Operations that complete in time leave the stream open and usable, with the expiry
+// applying to each of the operations started after it.
+BOOST_AUTO_TEST_CASE_TEMPLATE(operations_in_time_succeed, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  p.client.expires_after(5s);
+  int rounds = 0;
+  std::array<char, 5> buf{};
+  std::function<void()> round = [&] {
+    asio::async_write(p.client, asio::buffer("hello", 5), [&](error_code ec, std::size_t) {
+      BOOST_REQUIRE(!ec);
+      asio::async_read(p.peer, asio::buffer(buf), [&](error_code ec2, std::size_t) {
+        BOOST_REQUIRE(!ec2);
+        asio::async_write(p.peer, asio::buffer(buf), [&](error_code ec3, std::size_t) {
+          BOOST_REQUIRE(!ec3);
+          asio::async_read(p.client, asio::buffer(buf), [&](error_code ec4, std::size_t) {
+            BOOST_REQUIRE(!ec4);
+            if (++rounds < 100) round();
+          });
+        });
+      });
+    });
+  };
+  round();
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(rounds == 100);
+  BOOST_TEST(p.client.socket().is_open());
+}
+
+// An expiry that passed while nothing was pending times out the next operation at once.
+BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_passed_before_the_operation, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  p.client.expires_after(10ms);
+  std::this_thread::sleep_for(20ms);
+  asio::write(p.peer, asio::buffer("data", 4));  // even with data ready
+  std::array<char, 16> buf{};
+  result r;
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.calls == 1);
+  // Beast decides this race by the order of ready completions; either way the expiry
+  // is honoured and a timeout leaves the socket closed.
+  if (r.ec == timeout_ec) {
+    BOOST_TEST(!p.client.socket().is_open());
+  } else {
+    BOOST_TEST(!r.ec);
+    BOOST_TEST(r.n == 4u);
+  }
+  // Nothing pending on the peer side: the next read with the passed expiry times out.
+  if (p.client.socket().is_open()) {
+    result r2;
+    p.client.async_read_some(asio::buffer(buf), r2.handler());
+    BOOST_REQUIRE(run_ctx(ctx));
+    BOOST_TEST(r2.ec == timeout_ec);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Changing the expiry
+// ---------------------------------------------------------------------------------------
+
+// A pending direction keeps the expiry it started with: a new expiry set during a read
+// applies to the next operations, not to that read.
+BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_changed_mid_operation, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  std::array<char, 16> buf{};
+  result r;
+  const auto t0 = wall::now();
+  p.client.expires_after(40ms);
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  p.client.expires_after(10s);  // too late for the pending read
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.ec == timeout_ec);
+  BOOST_TEST((r.at - t0 >= 40ms));
+  BOOST_TEST((r.at - t0 < 5s));
+}
+
+// ... and the other way round: a read started without a timeout is not timed out by an
+// expiry set while it is pending. That expiry applies to the write direction: a write
+// started after it passed times out at once, while a second read (still untimed) is only
+// aborted by the close.
+BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_set_during_an_untimed_read, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  std::array<char, 16> buf{};
+  result r, r2, w;
+  p.client.expires_never();
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  p.client.expires_after(20ms);  // applies to the write direction only
+  asio::steady_timer later(ctx, 80ms);
+  later.async_wait([&](error_code) { asio::write(p.peer, asio::buffer("late", 4)); });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(!r.ec);
+  BOOST_TEST(r.n == 4u);
+  BOOST_TEST(p.client.socket().is_open());
+  fill_send_buffer(p.client);
+  std::vector<char> chunk(1 << 16, 'y');
+  p.client.async_read_some(asio::buffer(buf), r2.handler());
+  p.client.async_write_some(asio::buffer(chunk), w.handler());
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(w.ec == timeout_ec);
+  BOOST_TEST(r2.ec == aborted);
+  BOOST_TEST(!p.client.socket().is_open());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(expires_never_disables_the_timeout, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  std::array<char, 16> buf{};
+  result r;
+  p.client.expires_after(10ms);
+  p.client.expires_never();
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  asio::steady_timer later(ctx, 60ms);
+  later.async_wait([&](error_code) { asio::write(p.peer, asio::buffer("late", 4)); });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(!r.ec);
+  BOOST_TEST(r.n == 4u);
+  BOOST_TEST(p.client.socket().is_open());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(expires_at_is_absolute, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  std::array<char, 16> buf{};
+  result r;
+  const auto deadline = wall::now() + 30ms;
+  p.client.expires_at(deadline);
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.ec == timeout_ec);
+  BOOST_TEST((r.at >= deadline));
+}
+
+// ---------------------------------------------------------------------------------------
+// cancel, close, destruction
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cancel_aborts_and_keeps_the_socket, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  std::array<char, 16> buf{};
+  result r;
+  p.client.expires_after(30ms);
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  asio::post(ctx, [&] { p.client.cancel(); });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(r.ec == aborted);
+  BOOST_TEST(p.client.socket().is_open());
+  // The cancelled read's timeout must not fire later and close the socket.
+  std::this_thread::sleep_for(50ms);
+  ctx.restart();
+  ctx.poll();
+  BOOST_TEST(p.client.socket().is_open());
+  // And the stream still works, with a new timeout.
+  result r2;
+  p.client.expires_after(5s);
+  p.client.async_read_some(asio::buffer(buf), r2.handler());
+  asio::write(p.peer, asio::buffer("abc", 3));
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(!r2.ec);
+  BOOST_TEST(r2.n == 3u);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(close_aborts_pending_operations, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  fill_send_buffer(p.client);
+  std::vector<char> chunk(1 << 16, 'y');
+  std::array<char, 16> buf{};
+  result r, w;
+  p.client.expires_after(10s);
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  p.client.async_write_some(asio::buffer(chunk), w.handler());
+  asio::post(ctx, [&] { p.client.close(); });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.ec == aborted);
+  BOOST_TEST(w.ec == aborted);
+  BOOST_TEST(!p.client.socket().is_open());
+}
+
+// Destroying the stream with operations pending: they complete with operation_aborted
+// (the shared state outlives the stream), and their timeouts touch nothing.
+BOOST_AUTO_TEST_CASE_TEMPLATE(destroyed_with_operations_pending, Stream, stream_types) {
+  asio::io_context ctx;
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  auto s = std::make_unique<Stream>(ctx);
+  s->socket().connect(acceptor.local_endpoint());
+  tcp::socket peer = acceptor.accept();
+  std::array<char, 16> buf{};
+  result r;
+  s->expires_after(20ms);
+  s->async_read_some(asio::buffer(buf), r.handler());
+  asio::post(ctx, [&] { s.reset(); });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(r.ec == aborted);
+}
+
+// Per-operation cancellation through the handler's slot reaches the socket operation.
+BOOST_AUTO_TEST_CASE_TEMPLATE(per_operation_cancellation, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  std::array<char, 16> buf{};
+  result r;
+  asio::cancellation_signal sig;
+  p.client.expires_after(10s);
+  p.client.async_read_some(asio::buffer(buf), asio::bind_cancellation_slot(sig.slot(), r.handler()));
+  asio::post(ctx, [&] { sig.emit(asio::cancellation_type::terminal); });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.ec == aborted);
+  BOOST_TEST(p.client.socket().is_open());
+}
+
+// ---------------------------------------------------------------------------------------
+// The race between a timeout and a completion
+// ---------------------------------------------------------------------------------------
+
+// The data arrives and the expiry passes while the context is blocked, so the read's
+// completion and the timeout are ready together. Whichever wins, the handler runs once,
+// and the outcome is consistent: a timeout closed the socket; a success left it open,
+// and the losing timeout (now stale) must not close it later.
+BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_racing_completion, Stream, stream_types) {
+  int timeouts = 0;
+  int successes = 0;
+  for (int i = 0; i < 40; ++i) {
+    asio::io_context ctx;
+    pair<Stream> p(ctx);
+    std::array<char, 16> buf{};
+    result r;
+    p.client.expires_after(std::chrono::milliseconds(2 + i % 5));
+    p.client.async_read_some(asio::buffer(buf), r.handler());
+    asio::post(ctx, [&] {
+      asio::write(p.peer, asio::buffer("race", 4));
+      std::this_thread::sleep_for(10ms);  // both are ready when the context resumes
+    });
+    BOOST_REQUIRE(run_ctx(ctx));
+    BOOST_REQUIRE(r.calls == 1);
+    if (r.ec == timeout_ec) {
+      ++timeouts;
+      BOOST_TEST(!p.client.socket().is_open());
+    } else {
+      ++successes;
+      BOOST_TEST(!r.ec);
+      BOOST_TEST(r.n == 4u);
+      std::this_thread::sleep_for(10ms);
+      ctx.restart();
+      ctx.poll();
+      BOOST_TEST(p.client.socket().is_open());
+      // And the next operation gets the outcome of its own expiry.
+      result r2;
+      p.client.expires_after(5s);
+      p.client.async_read_some(asio::buffer(buf), r2.handler());
+      asio::write(p.peer, asio::buffer("next", 4));
+      BOOST_REQUIRE(run_ctx(ctx));
+      BOOST_TEST(!r2.ec);
+    }
+  }
+  BOOST_TEST_MESSAGE("timeouts " << timeouts << ", successes " << successes);
+  BOOST_TEST(timeouts + successes == 40);
+}
+
+// The same race made deterministic: the read's handler is bound to a second context that
+// runs only when the test says so, so the read's completion and its timeout queue up there
+// in an order the test chooses.
+//
+// Lets everything queued on either context finish, so that nothing outlives the test.
+static void settle_both(asio::io_context& io, asio::io_context& handlers) {
+  for (int i = 0; i < 10; ++i) {
+    io.restart();
+    io.run_for(5ms);
+    handlers.restart();
+    handlers.poll();
+  }
+}
+
+// Timeout first, then the data: the timeout closes the socket, but the read had already
+// completed with the data. Beast reports beast::error::timeout (with the bytes count).
+BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_queued_before_a_completed_read_wins, Stream,
+                              stream_types) {
+  asio::io_context handlers;  // where the read's handler (and so its timeout) runs
+  asio::io_context io;        // sockets, timers, the wheel (destroyed first: its
+                              // operations hold work on `handlers`)
+  pair<Stream> p(io);
+  std::array<char, 16> buf{};
+  result r;
+  p.client.expires_after(10ms);
+  p.client.async_read_some(asio::buffer(buf),
+                           asio::bind_executor(handlers.get_executor(), r.handler()));
+  io.restart();
+  io.run_for(60ms);  // the expiry passes: the timeout is queued on `handlers`
+  asio::write(p.peer, asio::buffer("data", 4));
+  io.restart();
+  io.run_for(60ms);  // the read completes: its continuation is queued behind the timeout
+  BOOST_TEST(r.calls == 0);
+  handlers.restart();
+  handlers.run_for(1s);
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(r.ec == timeout_ec);
+  BOOST_TEST(!p.client.socket().is_open());
+  settle_both(io, handlers);
+}
+
+// The data first, then the timeout: the read succeeds, and its timeout, already fired and
+// queued behind it, is stale: it must not close the socket.
+BOOST_AUTO_TEST_CASE_TEMPLATE(completed_read_queued_before_its_timeout_wins, Stream,
+                              stream_types) {
+  asio::io_context handlers;
+  asio::io_context io;
+  pair<Stream> p(io);
+  std::array<char, 16> buf{};
+  result r;
+  p.client.expires_after(30ms);
+  p.client.async_read_some(asio::buffer(buf),
+                           asio::bind_executor(handlers.get_executor(), r.handler()));
+  asio::write(p.peer, asio::buffer("data", 4));
+  io.restart();
+  io.run_for(10ms);  // the read completes: its continuation is queued on `handlers`
+  io.restart();
+  io.run_for(80ms);  // the expiry passes: the timeout is queued behind it
+  BOOST_TEST(r.calls == 0);
+  handlers.restart();
+  handlers.run_for(200ms);
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(!r.ec);
+  BOOST_TEST(r.n == 4u);
+  BOOST_TEST(p.client.socket().is_open());
+  // And the stream goes on with a new expiry.
+  result r2;
+  p.client.expires_after(5s);
+  p.client.async_read_some(asio::buffer(buf),
+                           asio::bind_executor(handlers.get_executor(), r2.handler()));
+  asio::write(p.peer, asio::buffer("more", 4));
+  io.restart();
+  io.run_for(20ms);
+  handlers.restart();
+  handlers.run_for(100ms);
+  BOOST_TEST(!r2.ec);
+  BOOST_TEST(r2.n == 4u);
+  p.client.close();
+  settle_both(io, handlers);
+}
+
+// ---------------------------------------------------------------------------------------
+// Connect
+// ---------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(connect_forms, Stream, stream_types) {
+  asio::io_context ctx;
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  const auto ep = acceptor.local_endpoint();
+  const std::vector<tcp::endpoint> eps{ep};
+  Stream a(ctx), b(ctx), c(ctx), d(ctx);
+  std::optional<error_code> ea, eb, ec_, ed;
+  std::optional<tcp::endpoint> got_b, got_c;
+  a.expires_after(5s);
+  a.async_connect(ep, [&](error_code e) { ea = e; });
+  b.expires_after(5s);
+  b.async_connect(eps, [&](error_code e, tcp::endpoint x) {
+    eb = e;
+    got_b = x;
+  });
+  c.expires_after(5s);
+  c.async_connect(
+      eps, [](const error_code&, const tcp::endpoint&) { return true; },
+      [&](error_code e, tcp::endpoint x) {
+        ec_ = e;
+        got_c = x;
+      });
+  d.expires_never();
+  d.async_connect(eps.begin(), eps.end(),
+                  [&](error_code e, std::vector<tcp::endpoint>::const_iterator) { ed = e; });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(ea.has_value());
+  BOOST_TEST(!ea.value_or(not_done));
+  BOOST_TEST(!eb.value_or(not_done));
+  BOOST_TEST(!ec_.value_or(not_done));
+  BOOST_TEST(!ed.value_or(not_done));
+  BOOST_TEST((got_b == ep));
+  BOOST_TEST((got_c == ep));
+  // A condition that refuses every endpoint: not_found, no timeout.
+  Stream e(ctx);
+  std::optional<error_code> ee;
+  e.expires_after(5s);
+  e.async_connect(
+      eps, [](const error_code&, const tcp::endpoint&) { return false; },
+      [&](error_code x, tcp::endpoint) { ee = x; });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST((ee == error_code(asio::error::not_found)));
+}
+
+// A listener with a full accept queue drops SYNs, so a connect to it hangs: the timeout
+// fails it with beast::error::timeout.
+BOOST_AUTO_TEST_CASE_TEMPLATE(connect_timeout, Stream, stream_types) {
+  asio::io_context ctx;
+  tcp::acceptor acceptor(ctx);
+  acceptor.open(tcp::v4());
+  acceptor.bind(tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  acceptor.listen(0);
+  const auto ep = acceptor.local_endpoint();
+  // Fill the queue (never accepted).
+  std::vector<tcp::socket> fillers;
+  for (int i = 0; i < 4; ++i) {
+    fillers.emplace_back(ctx);
+    fillers.back().async_connect(ep, [](error_code) {});
+  }
+  ctx.run_for(50ms);
+  Stream s(ctx);
+  std::optional<error_code> got;
+  const auto t0 = wall::now();
+  wall::time_point at{};
+  s.expires_after(100ms);
+  s.async_connect(ep, [&](error_code e) {
+    got = e;
+    at = wall::now();
+  });
+  BOOST_REQUIRE(run_until(ctx, [&] { return got.has_value(); }));
+  BOOST_TEST((*got == timeout_ec));
+  BOOST_TEST((at - t0 >= 100ms));
+  BOOST_TEST(!s.socket().is_open());
+}
+
+// ---------------------------------------------------------------------------------------
+// Beast's protocols on top: HTTP, websocket, coroutines, strands
+// ---------------------------------------------------------------------------------------
+
+// A slow client that sends half a header: http::async_read fails with timeout.
+BOOST_AUTO_TEST_CASE_TEMPLATE(http_read_header_timeout, Stream, stream_types) {
+  asio::io_context ctx;
+  pair<Stream> p(ctx);
+  asio::write(p.peer, asio::buffer(std::string("GET / HTTP/1.1\r\nHost: x\r\n")));
+  beast::flat_buffer buffer;
+  http::request<http::string_body> req;
+  std::optional<error_code> got;
+  p.client.expires_after(40ms);
+  http::async_read(p.client, buffer, req, [&](error_code e, std::size_t) { got = e; });
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST((got == timeout_ec));
+}
+
+#if defined(BOOST_ASIO_HAS_CO_AWAIT)
+template <class Stream>
+asio::awaitable<void> http_server_once(tcp::acceptor& acceptor, std::string* body_seen) {
+  auto ex = co_await asio::this_coro::executor;
+  Stream s(co_await acceptor.async_accept(asio::make_strand(ex), asio::use_awaitable));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request<http::string_body> req;
+    s.expires_after(5s);
+    auto [ec, n] = co_await http::async_read(s, buffer, req, asio::as_tuple(asio::use_awaitable));
+    if (ec) co_return;
+    *body_seen += req.body();
+    http::response<http::string_body> res{http::status::ok, req.version()};
+    res.body() = "echo:" + req.body();
+    res.prepare_payload();
+    res.keep_alive(req.keep_alive());
+    s.expires_after(5s);
+    co_await http::async_write(s, res, asio::use_awaitable);
+    if (!res.keep_alive()) break;
+  }
+  s.socket().shutdown(tcp::socket::shutdown_send);
+}
+
+template <class Stream>
+asio::awaitable<void> http_client(tcp::endpoint ep, std::vector<std::string>* replies) {
+  Stream s(asio::make_strand(co_await asio::this_coro::executor));
+  s.expires_after(5s);
+  co_await s.async_connect(ep, asio::use_awaitable);
+  beast::flat_buffer buffer;
+  for (int i = 0; i < 3; ++i) {
+    http::request<http::string_body> req{http::verb::post, "/", 11};
+    req.set(http::field::host, "localhost");
+    req.body() = std::to_string(i);
+    req.keep_alive(i < 2);
+    req.prepare_payload();
+    s.expires_after(5s);
+    co_await http::async_write(s, req, asio::use_awaitable);
+    http::response<http::string_body> res;
+    co_await http::async_read(s, buffer, res, asio::use_awaitable);
+    replies->push_back(res.body());
+  }
+}
+
+// Keep-alive HTTP/1.1 with coroutines, both ends on strands.
+BOOST_AUTO_TEST_CASE_TEMPLATE(http_keep_alive_with_coroutines_on_strands, Stream, stream_types) {
+  asio::io_context ctx;
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  std::string seen;
+  std::vector<std::string> replies;
+  asio::co_spawn(ctx, http_server_once<Stream>(acceptor, &seen), asio::detached);
+  asio::co_spawn(ctx, http_client<Stream>(acceptor.local_endpoint(), &replies),
+                 [](std::exception_ptr e) { BOOST_TEST(!e); });
+  // Two threads: the strands are what keeps each stream's operations apart.
+  std::thread second([&] { ctx.run(); });
+  BOOST_REQUIRE(run_ctx(ctx));
+  second.join();
+  BOOST_TEST(seen == "012");
+  BOOST_TEST((replies == std::vector<std::string>{"echo:0", "echo:1", "echo:2"}));
+}
+#endif
+
+// A websocket handshake with a timeout: a peer that never sends its upgrade request
+// makes the server's accept time out; a real client completes, talks and closes (the
+// close runs the stream's teardown).
+BOOST_AUTO_TEST_CASE_TEMPLATE(websocket_handshake_with_timeout, Stream, stream_types) {
+  asio::io_context ctx;
+  {
+    pair<Stream> p(ctx);  // the peer stays silent
+    websocket::stream<Stream> ws(std::move(p.client));
+    beast::get_lowest_layer(ws).expires_after(40ms);
+    std::optional<error_code> got;
+    const auto t0 = wall::now();
+    wall::time_point at{};
+    ws.async_accept([&](error_code e) {
+      got = e;
+      at = wall::now();
+    });
+    BOOST_REQUIRE(run_ctx(ctx));
+    BOOST_TEST((got == timeout_ec));
+    BOOST_TEST((at - t0 >= 40ms));
+  }
+  {
+    tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    websocket::stream<Stream> server(ctx);
+    websocket::stream<Stream> client(ctx);
+    std::optional<error_code> accepted, handshook, read_done, closed, server_end;
+    beast::flat_buffer sbuf, cbuf;
+    acceptor.async_accept(beast::get_lowest_layer(server).socket(), [&](error_code e) {
+      BOOST_REQUIRE(!e);
+      beast::get_lowest_layer(server).expires_after(5s);
+      server.async_accept([&](error_code e2) {
+        accepted = e2;
+        beast::get_lowest_layer(server).expires_never();  // websocket keeps its own
+        server.async_read(sbuf, [&](error_code e3, std::size_t) {
+          read_done = e3;
+          server.async_read(sbuf, [&](error_code e4, std::size_t) { server_end = e4; });
+        });
+      });
+    });
+    beast::get_lowest_layer(client).expires_after(5s);
+    beast::get_lowest_layer(client).async_connect(acceptor.local_endpoint(), [&](error_code e) {
+      BOOST_REQUIRE(!e);
+      client.async_handshake("localhost", "/", [&](error_code e2) {
+        handshook = e2;
+        beast::get_lowest_layer(client).expires_never();
+        client.async_write(asio::buffer(std::string("hi")), [&](error_code e3, std::size_t) {
+          BOOST_REQUIRE(!e3);
+          client.async_close(websocket::close_code::normal, [&](error_code e4) { closed = e4; });
+        });
+      });
+    });
+    BOOST_REQUIRE(run_ctx(ctx));
+    BOOST_TEST(!accepted.value_or(not_done));
+    BOOST_TEST(!handshook.value_or(not_done));
+    BOOST_TEST(!read_done.value_or(not_done));
+    BOOST_TEST(beast::buffers_to_string(sbuf.data()) == "hi");
+    BOOST_TEST(!closed.value_or(not_done));
+    BOOST_TEST((server_end == error_code(websocket::error::closed)));
+    BOOST_TEST(!beast::get_lowest_layer(client).socket().is_open());
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// twheel only: where the timeouts live and what they cost
+// ---------------------------------------------------------------------------------------
+
+// The timeouts are wheel entries, at most one per direction per stream; none remain
+// once the operations completed.
+BOOST_AUTO_TEST_CASE(twheel_one_wheel_entry_per_direction) {
+  asio::io_context ctx;
+  pair<twheel::beast::tcp_stream> p(ctx);
+  fill_send_buffer(p.client);
+  std::vector<char> chunk(1 << 16, 'y');
+  std::array<char, 16> buf{};
+  result r, w;
+  p.client.expires_after(10s);
+  p.client.async_read_some(asio::buffer(buf), r.handler());
+  p.client.async_write_some(asio::buffer(chunk), w.handler());
+  BOOST_TEST(twheel::stats(ctx).pending == 2u);
+  p.client.close();
+  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_TEST(r.ec == aborted);
+  BOOST_TEST(w.ec == aborted);
+  BOOST_TEST(twheel::stats(ctx).pending == 0u);
+}
+
+// Steady state: timed reads and writes allocate nothing (the operations come from
+// Asio's per-thread recycling allocator, the stream's state is allocated once).
+BOOST_AUTO_TEST_CASE(twheel_no_allocation_per_operation) {
+  asio::io_context ctx(1);
+  pair<twheel::beast::tcp_stream> p(ctx);
+  std::array<char, 64> buf{};
+  const std::string msg(64, 'm');
+  int rounds = 0;
+  int target = 0;
+  std::size_t at_warm = 0;
+  std::function<void()> round;  // allocated once, before counting
+  round = [&] {
+    p.client.expires_after(5s);
+    p.client.async_write_some(asio::buffer(msg), [&](error_code ec, std::size_t) {
+      BOOST_REQUIRE(!ec);
+      asio::read(p.peer, asio::buffer(buf));
+      asio::write(p.peer, asio::buffer(buf));
+      p.client.expires_after(5s);
+      p.client.async_read_some(asio::buffer(buf), [&](error_code ec2, std::size_t) {
+        BOOST_REQUIRE(!ec2);
+        if (++rounds < target) round();
+      });
+    });
+  };
+  target = 100;  // warm-up: caches and the wheel's slots
+  round();
+  BOOST_REQUIRE(run_ctx(ctx));
+  at_warm = g_allocations.load();
+  target = 1100;
+  round();
+  ctx.restart();
+  ctx.run_for(10s);
+  const std::size_t during = g_allocations.load() - at_warm;
+  BOOST_TEST(rounds == 1100);
+  BOOST_TEST_MESSAGE("allocations in 1,000 timed write+read rounds: " << during);
+  BOOST_TEST(during == 0u);
+}
