@@ -524,6 +524,14 @@ class basic_stream {
         run_connect_range_op{}, handler, this, endpoints, any_endpoint{});
   }
 
+  // A connect condition answers bool(error_code, endpoint). Said explicitly because from
+  // Asio 1.32 the default completion token is `deferred`: a handler passed where the
+  // condition goes would otherwise make async_connect(endpoints, handler) ambiguous.
+  template <class ConnectCondition>
+  static constexpr bool is_connect_condition =
+      std::is_invocable_r_v<bool, ConnectCondition&, const error_code&,
+                            const typename Protocol::endpoint&>;
+
   /// Connects to the first endpoint of `endpoints` that passes `connect_condition` and
   /// accepts, within one timeout.
   ///
@@ -531,7 +539,9 @@ class basic_stream {
   /// @code void(boost::system::error_code, typename Protocol::endpoint) @endcode
   template <class EndpointSequence, class ConnectCondition,
             class RangeConnectHandler = boost::asio::default_completion_token_t<executor_type>,
-            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value, int> = 0>
+            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value &&
+                                 is_connect_condition<ConnectCondition>,
+                             int> = 0>
   auto async_connect(const EndpointSequence& endpoints, ConnectCondition connect_condition,
                      RangeConnectHandler&& handler =
                          boost::asio::default_completion_token_t<executor_type>{}) {
@@ -561,7 +571,9 @@ class basic_stream {
   /// @code void(boost::system::error_code, Iterator) @endcode
   template <class Iterator, class ConnectCondition,
             class IteratorConnectHandler = boost::asio::default_completion_token_t<executor_type>,
-            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value, int> = 0>
+            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value &&
+                                 is_connect_condition<ConnectCondition>,
+                             int> = 0>
   auto async_connect(Iterator begin, Iterator end, ConnectCondition connect_condition,
                      IteratorConnectHandler&& handler =
                          boost::asio::default_completion_token_t<executor_type>{}) {
