@@ -323,7 +323,14 @@ def run_timeouts(args):
     if len(violations) > MAX_REPORTED:
         print("... and %d more" % (len(violations) - MAX_REPORTED))
     print("%s: %d violations" % ("FAIL" if violations else "OK", len(violations)))
-    return 1 if violations else 0
+    if not violations:
+        return 0
+    # Only lateness can come from the machine rather than the server (a stall of the VM,
+    # seen once in CI for Beast's own stream and ours alike): say so to the caller.
+    return LATE_ONLY if all(" closed late: " in v for v in violations) else 1
+
+
+LATE_ONLY = 2
 
 
 def run_idle(args):
@@ -506,6 +513,7 @@ def main():
     t.add_argument("--slow", type=int, default=20)
     t.add_argument("--stagger-ms", type=float, default=2.0)
     t.add_argument("--bound-ms", type=float, default=20.0)
+    t.add_argument("--attempts", type=int, default=3)
     l = sub.add_parser("load")
     l.add_argument("--server", required=True)
     l.add_argument("--threads", type=int, default=1)
@@ -524,7 +532,17 @@ def main():
     if args.mode == "timeouts":
         if min(args.idle_timeout_ms, args.header_timeout_ms, args.write_timeout_ms) < 1:
             p.error("timeouts must be positive")
-        return run_timeouts(args)
+        # Lateness past the bound gets another attempt (up to --attempts in all): a server
+        # that is late fails every attempt, a machine that stalled once does not. An early
+        # close, a wrong count or a missing close fails at once.
+        for attempt in range(1, args.attempts + 1):
+            rc = run_timeouts(args)
+            if rc != LATE_ONLY:
+                return rc
+            if attempt < args.attempts:
+                print("attempt %d of %d: only late closes; running the whole scenario again"
+                      % (attempt, args.attempts))
+        return 1
     if args.mode == "load":
         return run_load(args)
     return run_idle(args)
