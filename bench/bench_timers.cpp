@@ -52,6 +52,7 @@
 //
 // Usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...] [--workloads w1,w2,...]
 //                     [--lib both|asio|twheel] [--clock wall|cpu] [--unlocked]
+//                     [--tick-us T] [--slack-us S] (twheel's wheel_options; default: its defaults)
 //                     [--watchdog S (default 300, 0: off)]
 //                     [--expiry-scale F (valgrind only)]
 //        bench_timers --memory asio|twheel N      (internal: one memory measurement)
@@ -81,6 +82,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <random>
 #include <sstream>
 #include <string>
@@ -112,6 +114,14 @@ std::int64_t thread_cpu_ns() {
 // BOOST_ASIO_CONCURRENCY_HINT_UNSAFE (Asio takes no lock, and twheel, seeing it, none
 // either): the single-threaded case of both libraries.
 int g_concurrency_hint = BOOST_ASIO_CONCURRENCY_HINT_DEFAULT;
+// --tick-us / --slack-us: twheel's contexts get these options (configure()) instead of the
+// defaults; Asio's contexts are untouched.
+std::optional<twheel::wheel_options> g_wheel_options;
+
+twheel::wheel_options& wheel_options_to_set() {
+  if (!g_wheel_options) g_wheel_options.emplace();
+  return *g_wheel_options;
+}
 
 // The clock of the arm, churn and cancel timings: wall (steady_clock, the default) or,
 // with --clock cpu, this thread's CPU time (ignores time spent preempted on a busy machine).
@@ -160,6 +170,16 @@ void enter_phase(const char* lib, const char* workload, std::size_t n, int rep) 
 template <class Timer>
 constexpr const char* lib_name() {
   return std::is_same_v<Timer, wheel_timer> ? "twheel" : "asio";
+}
+
+// A context for `Timer`: twheel's with the options of --tick-us / --slack-us, if given.
+template <class Timer>
+void configure_for(boost::asio::io_context& ctx) {
+  if constexpr (std::is_same_v<Timer, wheel_timer>) {
+    if (g_wheel_options) twheel::configure(ctx, *g_wheel_options);
+  } else {
+    (void)ctx;
+  }
 }
 
 // ---- inputs shared by both libraries ---------------------------------------------------
@@ -276,6 +296,7 @@ template <class Timer>
 template <class Timer>
 double bench_arm(std::size_t n, const inputs& in) {
   boost::asio::io_context ctx(g_concurrency_hint);
+  configure_for<Timer>(ctx);
   counters c;
   double ns = 0;
   {
@@ -297,6 +318,7 @@ double bench_arm(std::size_t n, const inputs& in) {
 template <class Timer>
 double bench_churn(std::size_t n, const inputs& in) {
   boost::asio::io_context ctx(g_concurrency_hint);
+  configure_for<Timer>(ctx);
   counters c;
   const std::size_t m = churn_ops(n);
   double ns = 0;
@@ -383,6 +405,7 @@ double bench_floor(std::size_t n, const inputs& in) {
 template <class Timer>
 double bench_cancel(std::size_t n, const inputs& in) {
   boost::asio::io_context ctx(g_concurrency_hint);
+  configure_for<Timer>(ctx);
   counters c;
   double ns = 0;
   {
@@ -420,6 +443,7 @@ struct burst_result {
 template <class Timer>
 burst_result bench_burst(std::size_t n) {
   boost::asio::io_context ctx(g_concurrency_hint);
+  configure_for<Timer>(ctx);
   burst_state s;
   s.n = n;
   burst_result r;
@@ -492,6 +516,7 @@ struct spread_result {
 template <class Timer>
 spread_result bench_spread(std::size_t n, const inputs& in) {
   boost::asio::io_context ctx(g_concurrency_hint);
+  configure_for<Timer>(ctx);
   spread_state s;
   s.n = n;
   spread_result r;
@@ -581,6 +606,7 @@ template <class Timer>
 int memory_child(std::size_t n) {
   const inputs in = make_inputs(n);
   boost::asio::io_context ctx(g_concurrency_hint);
+  configure_for<Timer>(ctx);
   counters c;
   {
     // Create the services (and the reactor, the wheel) before the baseline.
@@ -665,6 +691,15 @@ struct traced_result {
   double stats_wakeups = bench::na;  // twheel: what stats() counted in that same run
 };
 
+// The --tick-us / --slack-us of this run, for a child process.
+std::string wheel_option_args() {
+  if (!g_wheel_options) return {};
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  return " --tick-us " + std::to_string(duration_cast<microseconds>(g_wheel_options->tick).count()) +
+         " --slack-us " + std::to_string(duration_cast<microseconds>(g_wheel_options->slack).count());
+}
+
 bool have_strace() { return std::system("command -v strace >/dev/null 2>&1") == 0; }
 
 traced_result traced_spread(const char* lib, std::size_t n) {
@@ -672,7 +707,8 @@ traced_result traced_spread(const char* lib, std::size_t n) {
   const std::string out = "/tmp/twheel-bench-strace-" + std::to_string(getpid()) + "-" + lib;
   const std::string cmd = "strace -f --seccomp-bpf -c -e trace=epoll_wait,timerfd_settime -o '" +
                           out + "' '" + g_self + "' --lib " + lib +
-                          " --workloads spread --reps 1 --sizes " + std::to_string(n);
+                          " --workloads spread --reps 1 --sizes " + std::to_string(n) +
+                          wheel_option_args();
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
     fail("popen failed: " + cmd);
@@ -767,7 +803,8 @@ int usage() {
                "usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...]\n"
                "                    [--workloads arm,churn,floor,cancel,burst,spread,wakeups,memory]\n"
                "                    [--lib both|asio|twheel]\n"
-               "                    [--clock wall|cpu] [--unlocked] [--watchdog S] [--expiry-scale F]\n"
+               "                    [--clock wall|cpu] [--unlocked] [--tick-us T] [--slack-us S]\n"
+               "                    [--watchdog S] [--expiry-scale F]\n"
                "       bench_timers --memory asio|twheel N\n");
   return 2;
 }
@@ -803,6 +840,10 @@ int main(int argc, char** argv) {
       const std::string c = argv[++i];
       if (c != "wall" && c != "cpu") return usage();
       g_cpu_clock = c == "cpu";
+    } else if (a == "--tick-us" && i + 1 < argc) {
+      wheel_options_to_set().tick = std::chrono::microseconds(std::atoi(argv[++i]));
+    } else if (a == "--slack-us" && i + 1 < argc) {
+      wheel_options_to_set().slack = std::chrono::microseconds(std::atoi(argv[++i]));
     } else if (a == "--unlocked") {
       g_concurrency_hint = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE;
     } else if (a == "--watchdog" && i + 1 < argc) {
@@ -815,6 +856,14 @@ int main(int argc, char** argv) {
       g_run_twheel = l == "both" || l == "twheel";
       if (!g_run_asio && !g_run_twheel) return usage();
     } else {
+      return usage();
+    }
+  }
+  if (g_wheel_options) {
+    try {
+      twheel::wheel_service::validate(*g_wheel_options);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "bench_timers: %s\n", e.what());
       return usage();
     }
   }
@@ -843,9 +892,14 @@ int main(int argc, char** argv) {
                                     : "default concurrency hint (locking)");
   std::printf("clock for arm/churn/cancel: %s\n",
               g_cpu_clock ? "thread CPU time (--clock cpu)" : "wall (steady_clock)");
-  std::printf("sizeof(asio::steady_timer)=%zu sizeof(twheel::steady_timer)=%zu; "
-              "twheel default options (tick 1 ms, 6 levels, max_per_pass 4096)\n",
-              sizeof(asio_timer), sizeof(wheel_timer));
+  {
+    const twheel::wheel_options o = g_wheel_options.value_or(twheel::wheel_options{});
+    std::printf("sizeof(asio::steady_timer)=%zu sizeof(twheel::steady_timer)=%zu; "
+                "twheel %s options: tick %lld ns, slack %lld ns, %u levels, max_per_pass %zu\n",
+                sizeof(asio_timer), sizeof(wheel_timer), g_wheel_options ? "given" : "default",
+                static_cast<long long>(o.tick.count()), static_cast<long long>(o.slack.count()),
+                o.levels, o.max_per_pass);
+  }
   if (g_expiry_scale != 1) {
     std::printf("NOTE: --expiry-scale %lld: expiries are %lld..%lld s instead of 1..60 s\n",
                 static_cast<long long>(g_expiry_scale), static_cast<long long>(g_expiry_scale),
