@@ -94,7 +94,7 @@ void timing_wheel::file(wheel_entry& entry) noexcept {
   if (level >= levels_) level = levels_ - 1;
   const auto slot = static_cast<unsigned>((filed >> (detail::slot_bits * level)) &
                                           detail::slot_mask);
-  wheel_[level].push(slot, entry);
+  wheel_[level].push(slot, entry, deadline);
   entry.where_ = static_cast<std::uint16_t>(level * detail::slots_per_level + slot);
 }
 
@@ -171,8 +171,17 @@ std::optional<timing_wheel::slot_ref> timing_wheel::next_slot() const noexcept {
 
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
   if (!due_.empty()) return from_tick(elapsed_);
-  if (auto slot = next_slot()) return from_tick(slot->start);
-  return std::nullopt;
+  const auto slot = next_slot();
+  if (!slot) return std::nullopt;
+  // A coarse slot need not be cascaded before its earliest deadline: nothing in it can be
+  // due sooner, and advance() cascades and detaches in one call, so the owner wakes once
+  // instead of once to cascade and again to fire. Not for the top level, whose nearest
+  // slot may hold only parked entries while a later one holds earlier deadlines.
+  if (slot->level + 1 < levels_) {
+    const std::uint64_t earliest = wheel_[slot->level].earliest(slot->slot);
+    if (earliest > slot->start) return from_tick(earliest);
+  }
+  return from_tick(slot->start);
 }
 
 bool timing_wheel::take_next_slot(std::uint64_t target) noexcept {

@@ -17,7 +17,9 @@
 //
 // Every level keeps a 64-bit occupancy bitmap; the next non-empty slot of a level is a
 // rotate and a count-trailing-zeros, so next_expiry() is O(levels) and the driver can
-// sleep exactly until something may be due.
+// sleep exactly until something may be due. Each slot also remembers the earliest
+// deadline filed into it, so that a coarse slot is cascaded when its first entry is due
+// rather than at its start: one wake-up instead of two.
 //
 // Deadlines beyond the top level's span are parked in the top level (which acts as a
 // ring) at a slot that comes due no later than the deadline, and are re-filed then. The
@@ -207,8 +209,11 @@ class timing_wheel {
   std::size_t advance(duration now, wheel_entry_list& out,
                       std::size_t max_entries = std::numeric_limits<std::size_t>::max());
 
-  /// The time of the earliest non-empty slot: advance() with a `now` before it detaches
-  /// nothing. Entries may be re-filed then instead of detached (lazy, parked or coarse
+  /// When to call advance() next: advance() with a `now` before it detaches nothing. It
+  /// is the start of the earliest non-empty slot or, for a slot below the top level, the
+  /// earliest deadline filed into it if that is later (so a coarse slot is cascaded by
+  /// the same advance() that detaches its first due entry). Never after the earliest
+  /// deadline. Entries may be re-filed then instead of detached (lazy, parked or coarse
   /// entries), but never detached before their deadline. Empty when nothing is pending.
   /// A time at or before now() means "call advance() now". O(levels).
   std::optional<duration> next_expiry() const noexcept;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 
 namespace twheel::detail {
 
@@ -38,20 +39,28 @@ inline unsigned clz64(std::uint64_t v) noexcept {
 template <class Entry>
 class wheel_level {
  public:
-  void push(unsigned slot, Entry& e) noexcept {
+  wheel_level() noexcept { earliest_.fill(none); }
+
+  // `deadline`: the entry's deadline tick, kept as the slot's earliest if it is.
+  void push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
     slots_[slot].push_back(e);
     occupied_ |= std::uint64_t{1} << slot;
+    if (deadline < earliest_[slot]) earliest_[slot] = deadline;
   }
 
   // Call after an entry of `slot` was unlinked without the list: keeps the bit honest.
   void after_unlink(unsigned slot) noexcept {
-    if (slots_[slot].empty()) occupied_ &= ~(std::uint64_t{1} << slot);
+    if (slots_[slot].empty()) {
+      occupied_ &= ~(std::uint64_t{1} << slot);
+      earliest_[slot] = none;
+    }
   }
 
   // Moves all entries of `slot` to the back of `into` and marks the slot empty.
   void take(unsigned slot, slot_list<Entry>& into) noexcept {
     into.splice(into.end(), slots_[slot]);
     occupied_ &= ~(std::uint64_t{1} << slot);
+    earliest_[slot] = none;
   }
 
   bool empty() const noexcept { return occupied_ == 0; }
@@ -64,9 +73,16 @@ class wheel_level {
 
   std::uint64_t occupied() const noexcept { return occupied_; }
 
+  // No entry of `slot` had an earlier deadline tick when it was filed. Removals leave it
+  // as it was and later deadlines only grow, so it stays a lower bound.
+  std::uint64_t earliest(unsigned slot) const noexcept { return earliest_[slot]; }
+
  private:
+  static constexpr std::uint64_t none = std::numeric_limits<std::uint64_t>::max();
+
   std::uint64_t occupied_ = 0;
   std::array<slot_list<Entry>, slots_per_level> slots_;
+  std::array<std::uint64_t, slots_per_level> earliest_;
 };
 
 }  // namespace twheel::detail
