@@ -36,6 +36,10 @@ void settle(detail::wait_op* op, detail::wait_result result) noexcept {
 
 void wheel_service::validate(const wheel_options& options) {
   timing_wheel::validate(to_config(options));
+  if (options.slack.count() < 0) {
+    throw std::invalid_argument("twheel: wheel_options.slack must not be negative, got " +
+                                std::to_string(options.slack.count()) + " ns");
+  }
   if (options.max_per_pass == 0) {
     throw std::invalid_argument("twheel: wheel_options.max_per_pass must be positive, got 0");
   }
@@ -356,8 +360,15 @@ void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept
 }
 
 void wheel_service::ensure_driver() {
-  const auto next = wheel_.next_expiry();
-  if (!next || (armed_at_ && *armed_at_ <= *next)) return;
+  auto next = wheel_.next_expiry();
+  if (!next) return;
+  // A future slot may be served up to `slack` late, so that one wake-up takes whatever
+  // comes due meanwhile; a pass already due runs at once.
+  if (*next > wheel_.now()) {
+    const auto room = std::chrono::nanoseconds::max() - *next;
+    *next += options_.slack < room ? options_.slack : room;
+  }
+  if (armed_at_ && *armed_at_ <= *next) return;
   arm_driver(*next);
 }
 

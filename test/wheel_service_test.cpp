@@ -243,7 +243,8 @@ bool contains(const std::string& s, const std::string& part) {
 
 bool same_options(const twheel::wheel_options& a, const twheel::wheel_options& b) {
   return a.tick == b.tick && a.levels == b.levels && a.max_pending == b.max_pending &&
-         a.max_per_pass == b.max_per_pass && a.single_threaded == b.single_threaded;
+         a.max_per_pass == b.max_per_pass && a.single_threaded == b.single_threaded &&
+         a.slack == b.slack;
 }
 
 twheel::wheel_options options_with_tick(std::chrono::nanoseconds tick) {
@@ -265,6 +266,7 @@ BOOST_AUTO_TEST_CASE(configure_applies_options_before_first_timer) {
   o.levels = 4;
   o.max_pending = 1000;
   o.max_per_pass = 123;
+  o.slack = 2ms;
 
   const auto before = clock_type::now();  // the wheel's origin is taken in configure()
   twheel::configure(ctx, o);
@@ -274,6 +276,7 @@ BOOST_AUTO_TEST_CASE(configure_applies_options_before_first_timer) {
   BOOST_TEST(applied.levels == 4u);
   BOOST_TEST(applied.max_pending == 1000u);
   BOOST_TEST(applied.max_per_pass == 123u);
+  BOOST_TEST((applied.slack == 2ms));
 
   // A 1 ms wait is rounded up to the 10 ms tick: its deadline tick is >= 1, so it cannot
   // complete before origin + 10 ms (with a 1 ms tick it would complete ~2 ms in).
@@ -421,6 +424,11 @@ BOOST_AUTO_TEST_CASE(configure_rejects_bad_values) {
     o.max_per_pass = 0;
     cases.push_back({"max_per_pass 0", o, {"max_per_pass", "0"}});
   }
+  {
+    twheel::wheel_options o;
+    o.slack = std::chrono::nanoseconds(-7);
+    cases.push_back({"slack -7 ns", o, {"slack", "-7"}});
+  }
 
   for (const auto& c : cases) {
     BOOST_TEST_CONTEXT(c.name) {
@@ -494,6 +502,81 @@ BOOST_AUTO_TEST_CASE(configure_error_code_overload) {
                }).kind == "none");
     BOOST_TEST(ec == error_code(asio::error::already_started));
     BOOST_TEST(same_options(options_of(ctx), twheel::wheel_options{}));
+  }
+}
+
+// With a slack the driver wakes that much after the first due slot, and one wake-up takes
+// every wait due by then: each wait still completes no earlier than its deadline, and no
+// earlier than the first slot plus the slack.
+BOOST_AUTO_TEST_CASE(slack_coalesces_wakeups_and_is_never_early) {
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.tick = 1ms;
+  o.slack = 100ms;
+  twheel::configure(ctx, o);
+  BOOST_TEST((options_of(ctx).slack == 100ms));
+
+  const auto base = clock_type::now();
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  std::vector<clock_type::time_point> deadlines, done(5);
+  wait_log log;
+  for (int i = 0; i < 5; ++i) {
+    deadlines.push_back(base + std::chrono::milliseconds(10 * (i + 1)));
+    timers.push_back(std::make_unique<twheel::steady_timer>(ctx, deadlines.back()));
+    timers.back()->async_wait([&, i](error_code ec) {
+      log.handler(i)(ec);
+      done[static_cast<std::size_t>(i)] = clock_type::now();
+    });
+  }
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.total() == 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    BOOST_TEST_CONTEXT("wait " << i) {
+      BOOST_TEST(log.ec(static_cast<int>(i)) == success);
+      BOOST_TEST((done[i] >= deadlines[i]));
+      BOOST_TEST((done[i] >= deadlines[0] + o.slack));  // the slack was applied
+    }
+  }
+  // One wake-up for all five (without the slack: five, one per deadline).
+  BOOST_TEST(wstats(ctx).wakeups == 1u);
+}
+
+// Deadlines a few ticks either side of each level's boundary (64, 64^2 and 64^3 ticks of
+// 1 us from the wheel's origin), with the default slack of 0: none completes early, and
+// each completes exactly once.
+BOOST_AUTO_TEST_CASE(level_boundaries_never_early) {
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.tick = 1us;
+  const auto origin = clock_type::now();  // at or just before the wheel's own origin
+  twheel::configure(ctx, o);
+
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  std::vector<clock_type::time_point> deadlines;
+  std::vector<int> calls;
+  std::vector<char> early;
+  for (long boundary : {64L, 64L * 64, 64L * 64 * 64}) {
+    for (long delta = -3; delta <= 3; ++delta) {
+      deadlines.push_back(origin + std::chrono::microseconds(boundary + delta));
+      calls.push_back(0);
+      early.push_back(0);
+    }
+  }
+  for (std::size_t i = 0; i < deadlines.size(); ++i) {
+    timers.push_back(std::make_unique<twheel::steady_timer>(ctx, deadlines[i]));
+    timers.back()->async_wait([&, i](error_code ec) {
+      ++calls[i];
+      if (ec || clock_type::now() < deadlines[i]) early[i] = 1;
+    });
+  }
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  for (std::size_t i = 0; i < deadlines.size(); ++i) {
+    BOOST_TEST_CONTEXT("deadline " << i) {
+      BOOST_TEST(calls[i] == 1);
+      BOOST_TEST(!early[i]);
+    }
   }
 }
 

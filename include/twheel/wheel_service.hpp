@@ -30,9 +30,12 @@ namespace twheel {
 /// configure() throws std::invalid_argument naming the first value out of range.
 struct wheel_options {
   /// Resolution: deadlines are rounded up to a tick, so waits complete up to one tick
-  /// (plus scheduling delay) late and never early. Must be positive.
-  std::chrono::nanoseconds tick{std::chrono::milliseconds(1)};
-  /// Levels of 64 slots (1..10); 6 levels of 1 ms reach ~2.2 years before parking.
+  /// (plus slack and scheduling delay) late and never early. Must be positive. 8 us keeps
+  /// the rounding well below the wake-up latency of the context itself (Asio's own timers
+  /// fire 30-50 us late), while a coarse slot stays small enough to cascade quickly.
+  std::chrono::nanoseconds tick{std::chrono::microseconds(8)};
+  /// Levels of 64 slots (1..10); 6 levels of 8 us reach ~6.4 days, 7 ~1.1 years. Later
+  /// deadlines are still exact: they are parked and re-filed.
   unsigned levels = 6;
   /// Pending waits allowed at once; a wait beyond it completes with
   /// boost::asio::error::no_buffer_space. 0 means no limit. cancel_after() timeouts
@@ -41,6 +44,11 @@ struct wheel_options {
   /// Wheel entries examined per driver pass; bounds the time one pass keeps the thread
   /// from other work. Must be positive.
   std::size_t max_per_pass = 4096;
+  /// How much later than the earliest due slot the driver may wake, so that waits due
+  /// close together share one wake-up (as Linux's timer slack does): a wait completes at
+  /// most tick + slack (plus scheduling delay) after its deadline, and the driver wakes at
+  /// most once per slack. 0: wake at the slot. Must not be negative.
+  std::chrono::nanoseconds slack{0};
   /// Declares that the context runs on one thread at a time and that its timers are used
   /// only from that thread (or from its handlers): the wheel then takes no lock. An
   /// io_context created with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE gets the same without
