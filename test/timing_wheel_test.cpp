@@ -1161,6 +1161,70 @@ BOOST_AUTO_TEST_CASE(next_expiry_with_lazy_entries_is_never_after_them) {
   BOOST_TEST(h.wheel.now() == ns(2000ms));
 }
 
+// A coarse slot is not worth a wake-up of its own: next_expiry() is its earliest deadline,
+// and the advance() at that time cascades the slot and detaches the entry in one call.
+BOOST_AUTO_TEST_CASE(next_expiry_of_a_coarse_slot_is_its_earliest_deadline) {
+  item a, b, c;
+  a.id = 1;
+  b.id = 2;
+  c.id = 3;
+  harness h;  // 1 ms tick: level 1 slots span 64 ms
+  h.insert(b, 110ms);
+  h.insert(a, 100ms);  // both in the level-1 slot [64 ms, 128 ms)
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(100ms).count());  // not the slot's start, 64 ms
+  BOOST_TEST(h.advance(100ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(100ms) == std::vector<int>{1});
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(110ms).count());
+
+  // Removing the earliest entry leaves a lower bound (an early wake-up, never a late one);
+  // emptying the slot forgets it.
+  h.insert(a, 200ms);
+  h.insert(c, 230ms);  // both in [192 ms, 256 ms)
+  BOOST_TEST(h.advance_ids(110ms) == std::vector<int>{2});
+  BOOST_TEST(h.remove(a));
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(200ms).count());
+  BOOST_TEST(h.advance(200ms).empty());  // cascaded c, detached nothing
+  BOOST_TEST(h.remove(c));
+  h.insert(c, 250ms);
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(250ms).count());
+  BOOST_TEST(h.advance_ids(250ms) == std::vector<int>{3});
+}
+
+// The top level is a ring: its nearest slot may hold only a parked entry while a later
+// slot holds an earlier deadline, so there next_expiry() stays the slot's start.
+BOOST_AUTO_TEST_CASE(next_expiry_of_a_top_level_slot_is_its_start) {
+  item parked, near;
+  parked.id = 1;
+  near.id = 2;
+  harness h(make_config(1ms, 2));  // reach 4095 ms; top-level slots span 64 ms
+  h.insert(parked, 1000s);         // parked in the slot of 4095 ms, [4032 ms, 4096 ms)
+  BOOST_TEST(h.advance(2000ms).empty());
+  h.insert(near, 5000ms);          // a later slot of the ring, [4992 ms, 5056 ms)
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(4032ms).count());
+  std::vector<int> got;
+  int wakeups = 0;
+  while (near.is_pending()) {
+    BOOST_TEST_REQUIRE(++wakeups < 200);
+    ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    BOOST_TEST(ne->count() <= ns(5000ms).count());
+    const auto ids = h.advance_ids(*ne);
+    got.insert(got.end(), ids.begin(), ids.end());
+  }
+  BOOST_TEST(got == std::vector<int>{2});
+  BOOST_TEST(parked.is_pending());
+}
+
 BOOST_AUTO_TEST_CASE(next_expiry_when_something_is_due) {
   item e;
   harness h({}, 1s);
