@@ -111,8 +111,8 @@ void readme_idle_timer(asio::io_context& io_context, tcp::socket& socket) {
 void readme_configure() {
   asio::io_context io_context;
   // [snippet: readme-configure]
-  twheel::configure(io_context, twheel::wheel_options{.tick = std::chrono::milliseconds(1),
-                                                      .max_pending = 1'000'000});
+  twheel::configure(io_context, twheel::wheel_options{.max_pending = 1'000'000,
+                                                      .slack = std::chrono::microseconds(50)});
   auto s = twheel::stats(io_context);   // pending, timers, fired, cancelled, rejected, cascaded, wakeups
   // [snippet-end]
   check(s.pending == 0 && s.timers == 0 && s.fired == 0,

@@ -134,7 +134,8 @@ struct timeout_allocator {
 ///
 /// The expiries live in the timing wheel of the socket executor's context: one wheel entry
 /// per direction, re-armed per operation. Expiries are rounded up to the wheel's tick
-/// (1 ms by default): a timeout is never early, and at most a tick plus scheduling late.
+/// (8 us by default): a timeout is never early, and at most a tick plus the wheel's slack
+/// plus scheduling late.
 ///
 /// @tparam Protocol A protocol meeting Asio's Protocol requirements (ip::tcp).
 /// @tparam Executor The executor of the socket and of handlers without their own.
