@@ -1,19 +1,20 @@
 // idle_timer_test.cpp: tests of twheel::idle_timer (twheel/idle_timer.hpp).
 //
 // The contract under test: a wait completes with success once no touch() happened for a
-// whole period, at least `period` and at most 2 x `period` (plus a wheel tick and
-// scheduling delay) after the last touch (or after the wait started), never earlier;
-// cancel(), destruction and per-operation cancellation complete it with
-// operation_aborted.
+// whole period: never before `period` after the last touch (or after the wait started),
+// and at most one wheel tick plus scheduling delay after it; cancel(), destruction and
+// per-operation cancellation complete it with operation_aborted.
 //
 // Timing rules: lower bounds are exact (times of touches are read after the touch, on the
 // thread that runs the context, so "completion >= last touch + period" is exact); upper
-// bounds are generous because the machine may be loaded and the suites also run under
-// sanitizers.
+// bounds against the real clock are generous because the machine may be loaded and the
+// suites also run under sanitizers. The exact upper bound (one tick) is tested with a
+// hand-moved clock, through the same code the driver runs (suite wheel_model).
 #define BOOST_TEST_MODULE idle_timer
 #include <boost/test/unit_test.hpp>
 
 #include <twheel/idle_timer.hpp>
+#include <twheel/timing_wheel.hpp>
 #include <twheel/steady_timer.hpp>
 #include <twheel/wheel_service.hpp>
 
@@ -24,6 +25,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -151,7 +153,7 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(idleness)
 
 // Touched every 10 ms for 200 ms with a 50 ms period: no completion while touched; then
-// it completes between period and 2 x period after the last touch.
+// it completes a period after the last touch (not up to two).
 BOOST_AUTO_TEST_CASE(touches_keep_it_from_firing) {
   asio::io_context ctx;
   idle_timer idle(ctx, 50ms);
@@ -169,7 +171,7 @@ BOOST_AUTO_TEST_CASE(touches_keep_it_from_firing) {
   BOOST_TEST((out.at >= t.last + 50ms),
              "completed " << ms(out.at - t.last) << " ms after the last touch");
   BOOST_TEST((out.at >= t0 + 200ms));  // nothing while it was touched
-  BOOST_TEST((out.at <= t.last + 2 * 50ms + slack),
+  BOOST_TEST((out.at <= t.last + 50ms + slack),
              "completed " << ms(out.at - t.last) << " ms after the last touch");
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
@@ -184,7 +186,7 @@ BOOST_AUTO_TEST_CASE(silence_fires_it_after_one_period) {
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(!out.ec);
   BOOST_TEST((out.at >= t0 + 50ms), "completed after " << ms(out.at - t0) << " ms");
-  BOOST_TEST((out.at <= t0 + 2 * 50ms + slack), "completed after " << ms(out.at - t0) << " ms");
+  BOOST_TEST((out.at <= t0 + 50ms + slack), "completed after " << ms(out.at - t0) << " ms");
   BOOST_TEST((r.elapsed < 1s));
 }
 
@@ -205,7 +207,7 @@ BOOST_AUTO_TEST_CASE(one_touch_pushes_completion_past_touch_plus_period) {
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(!out.ec);
   BOOST_TEST((out.at >= touched + 40ms), "completed " << ms(out.at - touched) << " ms after the touch");
-  BOOST_TEST((out.at <= touched + 2 * 40ms + slack));
+  BOOST_TEST((out.at <= touched + 40ms + slack));
   BOOST_TEST((out.at >= t0 + 70ms));
 }
 
@@ -220,7 +222,7 @@ BOOST_AUTO_TEST_CASE(period_measured_from_the_wait_when_not_touched) {
   run_ctx(ctx);
   BOOST_TEST(!out.ec);
   BOOST_TEST((out.at >= t0 + 30ms));
-  BOOST_TEST((out.at < t0 + 2 * 30ms + slack));
+  BOOST_TEST((out.at < t0 + 30ms + slack));
 }
 
 // Repeated waits on the same idle timer: each is measured from its own start.
@@ -241,7 +243,7 @@ BOOST_AUTO_TEST_CASE(waits_in_sequence) {
   BOOST_TEST_REQUIRE(lengths.size() == 5u);
   for (auto d : lengths) {
     BOOST_TEST((d >= 15ms));
-    BOOST_TEST((d < 2 * 15ms + slack));
+    BOOST_TEST((d < 15ms + slack));
   }
 }
 
@@ -313,12 +315,91 @@ BOOST_AUTO_TEST_CASE(never_early_across_many_timers) {
       BOOST_TEST_MESSAGE("timer " << i << " early by "
                                   << ms(last_touch[i] + period - completed[i]) << " ms");
     }
-    if (completed[i] > last_touch[i] + 2 * period + 2 * slack) ++late;
+    if (completed[i] > last_touch[i] + period + slack) ++late;
   }
   BOOST_TEST(wrong == 0u);
   BOOST_TEST(early == 0u);
   BOOST_TEST(late == 0u);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---------------------------------------------------------------------------------------
+BOOST_AUTO_TEST_SUITE(wheel_model)
+
+// What the driver does with an idle entry that comes due (detail::refile_if_touched, the
+// code wheel_service runs), on a bare timing_wheel with a hand-moved clock, against a
+// model. 400 entries with random periods are touched at random times and time moves by
+// random steps (fixed seed). Each wait must complete at a step at or after its last
+// touch + period, and no later than the first step at or after that time rounded up to
+// the tick (earlier when its entry, filed for an older deadline, is examined in between):
+// never early, and late by less than one tick plus the step. Fails if a touch is not seen
+// (completes early), or if the entry is re-filed from anything but its last touch or
+// completed a tick late.
+BOOST_AUTO_TEST_CASE(completes_at_the_first_tick_a_period_after_the_last_touch) {
+  using ns = std::chrono::nanoseconds;
+  using twheel::detail::idle_entry;
+  std::mt19937_64 rng(20261122);
+  for (const ns tick : {ns(1ms), ns(137us), ns(5ms)}) {
+    BOOST_TEST_CONTEXT("tick " << tick.count() << " ns") {
+      constexpr std::size_t n = 400;
+      twheel::timing_wheel wheel(twheel::wheel_config{tick, 6});
+      std::vector<idle_entry> entries(n);
+      std::vector<ns> last(n, ns(0));
+      std::vector<ns> completed(n, ns(-1));
+      std::vector<ns> steps;
+      std::uniform_int_distribution<long> period_us(1, 60'000);
+      std::uniform_int_distribution<long> step_us(1, 2'500);
+      std::bernoulli_distribution touch(0.05);
+      const auto to_wheel = [](idle_entry::clock_type::time_point t) {
+        return std::chrono::duration_cast<ns>(t.time_since_epoch());
+      };
+      for (auto& e : entries) {
+        e.period = std::chrono::microseconds(period_us(rng));
+        e.touched.store(0);  // started at time 0
+        wheel.insert(e, e.period);
+      }
+      ns now{0};
+      std::size_t done = 0;
+      while (done < n) {
+        now += std::chrono::microseconds(step_us(rng));
+        steps.push_back(now);
+        // Touches happen at `now`, before the driver's pass at `now`; activity stops at
+        // 300 ms so that every wait ends.
+        for (std::size_t i = 0; i < n; ++i) {
+          if (completed[i] < ns(0) && now < 300ms && touch(rng)) {
+            entries[i].touched.store(now.count());
+            last[i] = now;
+          }
+        }
+        twheel::wheel_entry_list due;
+        wheel.advance(now, due);
+        while (!due.empty()) {
+          auto& e = static_cast<idle_entry&>(due.pop_front());
+          if (twheel::detail::refile_if_touched(wheel, e, now, to_wheel)) continue;
+          const auto i = static_cast<std::size_t>(&e - entries.data());
+          BOOST_TEST(completed[i] < ns(0), "entry " << i << " completed twice");
+          completed[i] = now;
+          ++done;
+        }
+      }
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const ns due_at = last[i] + entries[i].period;
+        const ns rounded = (due_at + tick - ns(1)) / tick * tick;
+        const ns expected = *std::lower_bound(steps.begin(), steps.end(), rounded);
+        if (completed[i] < due_at || completed[i] > expected) {
+          ++wrong;
+          BOOST_TEST_MESSAGE("entry " << i << ": due " << due_at.count() << " ns, completed "
+                                      << completed[i].count() << " ns, expected "
+                                      << expected.count() << " ns");
+        }
+      }
+      BOOST_TEST(wrong == 0u);
+      BOOST_TEST(wheel.empty());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -530,7 +611,47 @@ BOOST_AUTO_TEST_CASE(touch_from_another_thread) {
   BOOST_TEST(!out.ec);
   BOOST_TEST((out.at >= last + 30ms), "completed " << ms(out.at - last) << " ms after the last touch");
   BOOST_TEST((out.at >= t0 + 150ms));
-  BOOST_TEST((out.at <= last + 2 * 30ms + slack));
+  BOOST_TEST((out.at <= last + 30ms + slack));
+}
+
+// touch() from another thread racing the expiry: 20 timers, touched by a second thread
+// every 200 us while the driver re-files them (it reads each stamp under the wheel's lock
+// as the thread stores it: the pairing TSan checks), then left silent. Each wait completes
+// once, with success, never before the last touch (time read before it) + period.
+BOOST_AUTO_TEST_CASE(touch_racing_the_expiry_from_another_thread) {
+  constexpr std::size_t n = 20;
+  constexpr auto period = 30ms;
+  for (int round = 0; round < 4; ++round) {
+    asio::io_context ctx;
+    std::vector<std::unique_ptr<idle_timer>> timers;
+    std::vector<outcome> outs(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      timers.push_back(std::make_unique<idle_timer>(ctx, period));
+      timers.back()->async_wait(outs[i].handler());
+    }
+    wall::time_point last_sweep{};  // written by the thread, read after join()
+    int sweeps = 0;
+    std::thread toucher([&] {
+      const auto until = wall::now() + 60ms + round * 20ms;
+      while (wall::now() < until) {
+        last_sweep = wall::now();
+        for (auto& t : timers) t->touch();
+        ++sweeps;
+        std::this_thread::sleep_for(200us);
+      }
+    });
+    run_ctx(ctx);
+    toucher.join();
+    BOOST_TEST(sweeps > 10);
+    for (std::size_t i = 0; i < n; ++i) {
+      BOOST_TEST(outs[i].calls == 1);
+      BOOST_TEST(!outs[i].ec);
+      BOOST_TEST((outs[i].at >= last_sweep + period),
+                 "timer " << i << " completed " << ms(outs[i].at - last_sweep)
+                          << " ms after the last sweep of touches began");
+    }
+    BOOST_TEST(twheel::stats(ctx).pending == 0u);
+  }
 }
 
 // Several threads touching, the context run by two threads.
@@ -673,7 +794,7 @@ BOOST_AUTO_TEST_CASE(moved_from_object_reports_misuse) {
   BOOST_CHECK_THROW(a.period(), std::logic_error);
   BOOST_CHECK_THROW(a.get_executor(), std::logic_error);
   BOOST_CHECK_THROW(a.async_wait([](error_code) {}), std::logic_error);
-  BOOST_CHECK_THROW(a.async_wait(asio::deferred), std::logic_error);  // not at launch
+  BOOST_CHECK_THROW(static_cast<void>(a.async_wait(asio::deferred)), std::logic_error);  // not at launch
 
   a = idle_timer(ctx, 10ms);  // usable again
   int calls = 0;
