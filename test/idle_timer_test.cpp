@@ -446,10 +446,10 @@ BOOST_AUTO_TEST_CASE(cancel_after_a_rearm_aborts_the_wait) {
   BOOST_TEST((out.at < cancel_at + 30ms), "completed " << ms(out.at - cancel_at) << " ms after cancel()");
 }
 
-// cancel() called while the wait is between two periods: its timer has fired in this
-// driver pass (a wait due earlier completes first in the same pass, and its handler
-// touches and cancels), and the idle check that re-arms has not run yet. cancel() must
-// still abort the wait, not leave it waiting another period.
+// cancel() called after the wait was settled but before its handler ran: both are due in
+// one driver pass, the steady_timer's wait (due earlier) completes first, and its handler
+// touches and cancels. cancel() must still abort the idle wait (it did when the idle
+// check ran in the handler, and still does now that the wheel settles it).
 BOOST_AUTO_TEST_CASE(cancel_in_the_pass_that_checks_for_activity_aborts_the_wait) {
   asio::io_context ctx;
   idle_timer idle(ctx, 50ms);
@@ -479,7 +479,7 @@ BOOST_AUTO_TEST_CASE(cancel_in_the_pass_that_checks_for_activity_aborts_the_wait
 }
 
 // The same window for per-operation cancellation: a terminal emit into the wait's slot
-// while it is between two periods must not be lost.
+// after the wheel settled it, before its handler ran, must not be lost.
 BOOST_AUTO_TEST_CASE(emit_in_the_pass_that_checks_for_activity_aborts_the_wait) {
   asio::io_context ctx;
   idle_timer idle(ctx, 50ms);
