@@ -5,8 +5,10 @@
 // and at most one wheel tick plus scheduling delay after it; cancel(), destruction and
 // per-operation cancellation complete it with operation_aborted.
 //
-// Timing rules: lower bounds are exact (times of touches are read after the touch, on the
-// thread that runs the context, so "completion >= last touch + period" is exact); upper
+// Timing rules: lower bounds are exact (times of touches are read just before the touch,
+// and touch() stamps a reading taken inside the call, so "completion >= last touch +
+// period" is exact; a time read after the touch would not be, by the length of the call,
+// which under a sanitizer or preemption can be long); upper
 // bounds against the real clock are generous because the machine may be loaded and the
 // suites also run under sanitizers. The exact upper bound (one tick) is tested with a
 // hand-moved clock, through the same code the driver runs (suite wheel_model).
@@ -103,7 +105,7 @@ struct outcome {
   }
 };
 
-// Touches `idle` every `every` until `until`, recording the time after each touch.
+// Touches `idle` every `every` until `until`, recording the time before each touch.
 // Uses an Asio timer, so that the toucher does not share the wheel with the timer under
 // test.
 struct toucher {
@@ -114,8 +116,8 @@ struct toucher {
     timer.expires_after(every);
     timer.async_wait([this](error_code ec) {
       if (ec || wall::now() >= until) return;
+      last = wall::now();  // before: a touch counts from the moment it is called
       idle.touch();
-      last = wall::now();
       ++count;
       start();
     });
@@ -200,8 +202,8 @@ BOOST_AUTO_TEST_CASE(one_touch_pushes_completion_past_touch_plus_period) {
   asio::steady_timer once(ctx, 30ms);
   wall::time_point touched{};
   once.async_wait([&](error_code) {
-    idle.touch();
     touched = wall::now();
+    idle.touch();
   });
   run_ctx(ctx);
   BOOST_TEST(out.calls == 1);
@@ -287,13 +289,15 @@ BOOST_AUTO_TEST_CASE(never_early_across_many_timers) {
     stepper.async_wait([&](error_code ec) {
       if (ec) return;
       std::vector<std::size_t> touched;
+      const auto now = wall::now();  // before the touches: exact lower bound
       for (std::size_t i = 0; i < n; ++i) {
-        if (schedule[i][current] && calls[i] == 0) {
+        // A wait idle for its period already may have been completed by the wheel, its
+        // handler not yet run: a touch now races that decision, so the test skips it.
+        if (schedule[i][current] && calls[i] == 0 && now < last_touch[i] + timers[i]->period()) {
           timers[i]->touch();
           touched.push_back(i);
         }
       }
-      const auto now = wall::now();  // after the touches: exact lower bound
       for (auto i : touched) last_touch[i] = now;
       if (++current < steps) next_step();
     });
@@ -585,7 +589,7 @@ BOOST_AUTO_TEST_SUITE(threads_and_moves)
 // The touching thread records the time before each touch(): completion >= that + period.
 BOOST_AUTO_TEST_CASE(touch_from_another_thread) {
   asio::io_context ctx;
-  idle_timer idle(ctx, 30ms);
+  idle_timer idle(ctx, 100ms);  // long against a loaded machine's stalls of the thread
   outcome out;
   std::atomic<bool> go{false};
   std::atomic<wall::rep> last_touch{0};
@@ -609,9 +613,9 @@ BOOST_AUTO_TEST_CASE(touch_from_another_thread) {
   BOOST_TEST(touches.load() > 10);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(!out.ec);
-  BOOST_TEST((out.at >= last + 30ms), "completed " << ms(out.at - last) << " ms after the last touch");
+  BOOST_TEST((out.at >= last + 100ms), "completed " << ms(out.at - last) << " ms after the last touch");
   BOOST_TEST((out.at >= t0 + 150ms));
-  BOOST_TEST((out.at <= last + 30ms + slack));
+  BOOST_TEST((out.at <= last + 100ms + slack));
 }
 
 // touch() from another thread racing the expiry: 20 timers, touched by a second thread
@@ -620,7 +624,7 @@ BOOST_AUTO_TEST_CASE(touch_from_another_thread) {
 // once, with success, never before the last touch (time read before it) + period.
 BOOST_AUTO_TEST_CASE(touch_racing_the_expiry_from_another_thread) {
   constexpr std::size_t n = 20;
-  constexpr auto period = 30ms;
+  constexpr auto period = 100ms;  // long against a loaded machine's stalls of the thread
   for (int round = 0; round < 4; ++round) {
     asio::io_context ctx;
     std::vector<std::unique_ptr<idle_timer>> timers;
@@ -632,7 +636,7 @@ BOOST_AUTO_TEST_CASE(touch_racing_the_expiry_from_another_thread) {
     wall::time_point last_sweep{};  // written by the thread, read after join()
     int sweeps = 0;
     std::thread toucher([&] {
-      const auto until = wall::now() + 60ms + round * 20ms;
+      const auto until = wall::now() + 150ms + round * 20ms;
       while (wall::now() < until) {
         last_sweep = wall::now();
         for (auto& t : timers) t->touch();
