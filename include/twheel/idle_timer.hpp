@@ -96,10 +96,10 @@ class idle_wait_op {
 /// last touch(). It completes at most one wheel tick (wheel_options::tick) plus
 /// scheduling delay after that. The stamp touch() stores is steady_clock's now, read
 /// inside touch(): an upper bound of the time touch() was called, exact to the clock
-/// (resolution 1 ns here). A coarse clock would be cheaper (CLOCK_MONOTONIC_COARSE: ~6 ns
-/// against ~20 ns), but it lags the true time by up to its resolution plus the delay of
-/// the kernel's tick (measured: up to 5.7 ms for a 4 ms resolution on a VM), so "coarse
-/// + resolution" is not an upper bound and would let a wait complete early.
+/// (resolution 1 ns here). A coarse clock would be cheaper (CLOCK_MONOTONIC_COARSE), but
+/// it lags the true time by up to its resolution plus the delay of the kernel's tick
+/// (bench/bench_clocks measured at least 4.9 ms for a 4 ms resolution on a VM), so
+/// "coarse + resolution" is not an upper bound and would let a wait complete early.
 ///
 /// Two caveats, both about touches that overlap something. A touch() running while the
 /// wheel decides the wait may be too late to count (the wait completes). When several
