@@ -20,6 +20,7 @@
 #include <twheel/steady_timer.hpp>
 #include <twheel/wheel_service.hpp>
 
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
@@ -129,6 +130,36 @@ struct toucher {
   wall::time_point until;
   wall::time_point last{};
   int count = 0;
+};
+
+struct alloc_counts {
+  std::size_t allocated = 0;
+  std::size_t freed = 0;
+};
+
+template <class T>
+struct counting_allocator {
+  using value_type = T;
+  explicit counting_allocator(alloc_counts* c) noexcept : counts(c) {}
+  template <class U>
+  counting_allocator(const counting_allocator<U>& other) noexcept : counts(other.counts) {}
+  T* allocate(std::size_t n) {
+    ++counts->allocated;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    ++counts->freed;
+    std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const counting_allocator<U>& other) const noexcept {
+    return counts == other.counts;
+  }
+  template <class U>
+  bool operator!=(const counting_allocator<U>& other) const noexcept {
+    return counts != other.counts;
+  }
+  alloc_counts* counts;
 };
 
 }  // namespace
@@ -581,6 +612,28 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// A wait's memory (its operation, and the flag it shares with the timer) comes from the
+// handler's associated allocator, and all of it goes back: completed or cancelled.
+BOOST_AUTO_TEST_CASE(a_wait_allocates_through_the_associated_allocator) {
+  for (const bool cancel : {false, true}) {
+    BOOST_TEST_CONTEXT("cancelled " << cancel) {
+      asio::io_context ctx;
+      std::optional<idle_timer> idle(std::in_place, ctx, 5ms);
+      alloc_counts counts;
+      outcome out;
+      idle->async_wait(asio::bind_allocator(counting_allocator<void>(&counts), out.handler()));
+      if (cancel) idle->cancel();
+      run_ctx(ctx);
+      BOOST_TEST(out.calls == 1);
+      BOOST_TEST(out.ec == (cancel ? aborted : error_code()));
+      BOOST_TEST(counts.allocated == 2u);  // the operation and the flag
+      BOOST_TEST(counts.freed == 1u);      // the timer still holds the flag...
+      idle.reset();
+      BOOST_TEST(counts.freed == 2u);      // ...until it goes
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------------------
 BOOST_AUTO_TEST_SUITE(threads_and_moves)

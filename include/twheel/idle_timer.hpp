@@ -4,6 +4,7 @@
 
 #include <twheel/detail/forwarding_handler.hpp>
 #include <twheel/detail/timer_state.hpp>
+#include <twheel/detail/wait_ops.hpp>
 #include <twheel/wheel_service.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -15,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -27,15 +29,53 @@ namespace detail {
 // The one thing an idle wait shares with its timer once it may have been settled:
 // whether cancel(), destruction or move assignment came before its handler ran (the
 // driver settles a wait under the wheel's lock, but its handler runs later). Two owners:
-// the timer (until its next wait, destruction or move) and the wait.
+// the timer (until its next wait, destruction or move) and the wait. Allocated per wait
+// through the handler's associated allocator, which it keeps to free itself.
 struct idle_wait_flag {
   std::atomic<bool> aborted{false};
   std::atomic<unsigned char> owners{2};
+  void (*destroy)(idle_wait_flag*) noexcept = nullptr;
 
   void release() noexcept {
-    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(this);
   }
 };
+
+template <class Allocator>
+struct idle_wait_flag_with : idle_wait_flag {
+  using allocator_type = typename std::allocator_traits<
+      Allocator>::template rebind_alloc<idle_wait_flag_with>;
+
+  explicit idle_wait_flag_with(const allocator_type& a) : allocator(a) {
+    destroy = &destroy_this;
+  }
+
+  static idle_wait_flag* make(const Allocator& a) {
+    allocator_type alloc(a);
+    idle_wait_flag_with* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    try {
+      return ::new (static_cast<void*>(p)) idle_wait_flag_with(alloc);
+    } catch (...) {
+      std::allocator_traits<allocator_type>::deallocate(alloc, p, 1);
+      throw;
+    }
+  }
+
+  static void destroy_this(idle_wait_flag* base) noexcept {
+    auto* self = static_cast<idle_wait_flag_with*>(base);
+    allocator_type alloc(std::move(self->allocator));
+    self->~idle_wait_flag_with();
+    std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+  }
+
+  allocator_type allocator;
+};
+
+template <class Handler>
+idle_wait_flag* make_idle_wait_flag(const Handler& handler) {
+  using allocator_t = decltype(op_allocator(handler));
+  return idle_wait_flag_with<allocator_t>::make(op_allocator(handler));
+}
 
 // The handler given to the wheel: the caller's, completed with operation_aborted when the
 // timer was cancelled, or the caller's slot emitted, after the wait settled. The caller's
@@ -267,7 +307,7 @@ class basic_idle_timer {
       service_->cancel(state_);
       std::exchange(flag_, nullptr)->release();
     }
-    auto* flag = new detail::idle_wait_flag;
+    detail::idle_wait_flag* flag = detail::make_idle_wait_flag(handler);
     op_type op(flag, std::forward<Handler>(handler));
     const clock_type::time_point now = clock_type::now();
     const clock_type::time_point deadline =
