@@ -1,6 +1,7 @@
 // An echo server on 127.0.0.1 that closes every connection idle for --idle-timeout-ms:
 // one twheel::idle_timer per connection, touched on every read, so recording activity
-// costs one store instead of a timer re-arm per read.
+// costs a clock read and one store instead of a timer re-arm per read; a connection is
+// closed one timeout after its last byte (at most one wheel tick later).
 //
 //   idle_echo_server --port 0 --idle-timeout-ms 300 [--verbose]
 //

@@ -422,10 +422,13 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     if (ec) return;
     ++stats_.wakeups;
     wheel_entry_list due;
-    wheel_.advance(wheel_time(clock_type::now()), due, options_.max_per_pass);
+    const std::chrono::nanoseconds now = wheel_time(clock_type::now());
+    wheel_.advance(now, due, options_.max_per_pass);
     settled fired;
     while (!due.empty()) {
       auto& timer = static_cast<detail::timer_state&>(due.pop_front());
+      // An idle timer touched since it was filed: re-filed at its last touch + period.
+      if (timer.idle && refile_idle(timer, now)) continue;
       const std::size_t count =
           settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
       stats_.pending -= count;
@@ -440,6 +443,11 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     if (stats_.pending != 0) ensure_driver();
   }
   if (first) first->run();
+}
+
+bool wheel_service::refile_idle(detail::timer_state& timer, std::chrono::nanoseconds now) noexcept {
+  return detail::refile_if_touched(wheel_, static_cast<detail::idle_entry&>(timer), now,
+                                   [this](clock_type::time_point t) { return wheel_time(t); });
 }
 
 void wheel_service::shutdown() {

@@ -2,8 +2,10 @@
 #ifndef TWHEEL_IDLE_TIMER_HPP
 #define TWHEEL_IDLE_TIMER_HPP
 
-#include <twheel/basic_waitable_timer.hpp>
 #include <twheel/detail/forwarding_handler.hpp>
+#include <twheel/detail/timer_state.hpp>
+#include <twheel/detail/wait_ops.hpp>
+#include <twheel/wheel_service.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
@@ -13,8 +15,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -22,56 +26,95 @@ namespace twheel {
 
 namespace detail {
 
-template <class Executor>
-struct idle_state {
-  idle_state(const Executor& ex, std::chrono::steady_clock::duration p)
-      : timer(ex), period(p) {}
+// The one thing an idle wait shares with its timer once it may have been settled:
+// whether cancel(), destruction or move assignment came before its handler ran (the
+// driver settles a wait under the wheel's lock, but its handler runs later). Two owners:
+// the timer (until its next wait, destruction or move) and the wait. Allocated per wait
+// through the handler's associated allocator, which it keeps to free itself.
+struct idle_wait_flag {
+  std::atomic<bool> aborted{false};
+  std::atomic<unsigned char> owners{2};
+  void (*destroy)(idle_wait_flag*) noexcept = nullptr;
 
-  basic_waitable_timer<std::chrono::steady_clock, boost::asio::wait_traits<std::chrono::steady_clock>,
-                       Executor>
-      timer;
-  std::chrono::steady_clock::duration period;
-  std::atomic<bool> touched{false};
-  std::atomic<bool> cancelled{false};  // cancel() since the wait started
-  std::atomic<bool> closed{false};     // destroyed or moved over
+  void release() noexcept {
+    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(this);
+  }
 };
 
-// Waits one period at a time; a period in which touch() was called starts another. The
-// caller's cancellation slot feeds a cancellation_state, so a cancellation emitted between
-// two periods (when no inner wait is there to receive it) is not lost.
-template <class Handler, class State>
+template <class Allocator>
+struct idle_wait_flag_with : idle_wait_flag {
+  using allocator_type = typename std::allocator_traits<
+      Allocator>::template rebind_alloc<idle_wait_flag_with>;
+
+  explicit idle_wait_flag_with(const allocator_type& a) : allocator(a) {
+    destroy = &destroy_this;
+  }
+
+  static idle_wait_flag* make(const Allocator& a) {
+    allocator_type alloc(a);
+    idle_wait_flag_with* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    try {
+      return ::new (static_cast<void*>(p)) idle_wait_flag_with(alloc);
+    } catch (...) {
+      std::allocator_traits<allocator_type>::deallocate(alloc, p, 1);
+      throw;
+    }
+  }
+
+  static void destroy_this(idle_wait_flag* base) noexcept {
+    auto* self = static_cast<idle_wait_flag_with*>(base);
+    allocator_type alloc(std::move(self->allocator));
+    self->~idle_wait_flag_with();
+    std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
+  }
+
+  allocator_type allocator;
+};
+
+template <class Handler>
+idle_wait_flag* make_idle_wait_flag(const Handler& handler) {
+  using allocator_t = decltype(op_allocator(handler));
+  return idle_wait_flag_with<allocator_t>::make(op_allocator(handler));
+}
+
+// The handler given to the wheel: the caller's, completed with operation_aborted when the
+// timer was cancelled, or the caller's slot emitted, after the wait settled. The caller's
+// slot feeds a cancellation_state, whose own slot goes to the wheel: an emit before the
+// wait settles aborts it there; one after it is seen here.
+template <class Handler, class Flag>
 class idle_wait_op {
  public:
   using cancellation_slot_type = boost::asio::cancellation_slot;
 
   template <class H>
-  idle_wait_op(std::shared_ptr<State> state, H&& handler)
-      : state_(std::move(state)),
+  idle_wait_op(Flag* flag, H&& handler)
+      : flag_(flag),
         handler_(std::forward<H>(handler)),
         cancel_state_(boost::asio::get_associated_cancellation_slot(handler_),
                       boost::asio::enable_total_cancellation()) {}
 
+  idle_wait_op(idle_wait_op&& other) noexcept(std::is_nothrow_move_constructible_v<Handler>)
+      : flag_(std::exchange(other.flag_, nullptr)),
+        handler_(std::move(other.handler_)),
+        cancel_state_(std::move(other.cancel_state_)) {}
+  idle_wait_op& operator=(idle_wait_op&&) = delete;
+
+  ~idle_wait_op() {
+    if (flag_) flag_->release();
+  }
+
   cancellation_slot_type get_cancellation_slot() const noexcept { return cancel_state_.slot(); }
 
   void operator()(boost::system::error_code ec) {
-    // A cancel() or an emit that came after the period fired but before this ran must
-    // still win.
-    if (!ec && (state_->closed.load(std::memory_order_acquire) ||
-                state_->cancelled.load(std::memory_order_acquire) ||
+    if (!ec && (flag_->aborted.load(std::memory_order_acquire) ||
                 cancel_state_.cancelled() != boost::asio::cancellation_type::none)) {
       ec = boost::asio::error::operation_aborted;
     }
-    if (!ec && state_->touched.exchange(false, std::memory_order_acq_rel)) {
-      State& s = *state_;
-      s.timer.expires_after(s.period);
-      s.timer.async_wait(std::move(*this));
-      return;
-    }
-    state_.reset();
+    std::exchange(flag_, nullptr)->release();
     std::move(handler_)(ec);
   }
 
-  std::shared_ptr<State> state_;
+  Flag* flag_;
   Handler handler_;
 
  private:
@@ -81,21 +124,36 @@ class idle_wait_op {
 }  // namespace detail
 
 /// Completes a wait once a connection has been idle for a period. touch() records
-/// activity with one relaxed atomic store (no lock, no clock read, no wheel operation),
-/// from any thread. The wait checks for activity once per period, so it completes when
-/// no touch() happened during one whole period: at least `period` and at most
-/// 2 x `period` (plus one wheel tick) after the last touch, never earlier.
+/// activity: one read of steady_clock and one store into the timer object itself (no
+/// lock, no allocation, no wheel operation), from any thread.
+///
+/// The timer is itself the wheel entry. Its entry stays filed at the deadline it had; when
+/// that comes due, the wheel compares the last touch's stamp with the clock and either
+/// completes the wait or re-files the entry at stamp + period.
+///
+/// @par The guarantee
+/// A wait never completes before `period` has passed since the later of its start and its
+/// last touch(). It completes at most one wheel tick (wheel_options::tick) plus
+/// scheduling delay after that. The stamp touch() stores is steady_clock's now, read
+/// inside touch(): an upper bound of the time touch() was called, exact to the clock
+/// (resolution 1 ns here). A coarse clock would be cheaper (CLOCK_MONOTONIC_COARSE), but
+/// it lags the true time by up to its resolution plus the delay of the kernel's tick
+/// (bench/bench_clocks measured at least 4.9 ms for a 4 ms resolution on a VM), so
+/// "coarse + resolution" is not an upper bound and would let a wait complete early.
+///
+/// Two caveats, both about touches that overlap something. A touch() running while the
+/// wheel decides the wait may be too late to count (the wait completes). When several
+/// threads touch one timer at the same moment, the last store wins, and it may carry
+/// the slightly older clock reading (older by as long as that thread took from its
+/// clock read to its store, longer if it was preempted in between); touches from one
+/// thread at a time, racing the wheel or not, always count.
 ///
 /// @par Thread Safety
 /// touch() is safe from any thread, concurrently with every member but the destructor
 /// and the move operations. The other members: distinct objects safe, shared objects
-/// unsafe, as for a timer. A pending wait re-arms its internal timer from its handler's
-/// associated executor, so call them on that executor (the context's thread, or the
-/// handler's strand when the context runs on several threads).
+/// unsafe, as for a timer.
 template <class Executor = boost::asio::any_io_executor>
 class basic_idle_timer {
-  using state_type = detail::idle_state<Executor>;
-
  public:
   /// The type of the executor associated with the object.
   using executor_type = Executor;
@@ -112,7 +170,12 @@ class basic_idle_timer {
   ///
   /// @throws std::invalid_argument if `period` is not positive.
   basic_idle_timer(const executor_type& ex, duration period)
-      : state_(std::make_shared<state_type>(ex, checked(period))) {}
+      : service_(&wheel_service::of(boost::asio::query(ex, boost::asio::execution::context))),
+        executor_(ex) {
+    state_.period = checked(period);
+    service_->attach(executor_);
+    state_.boxable = service_->runs_inline(executor_);
+  }
 
   /// Constructs an idle timer with no wait pending.
   ///
@@ -131,13 +194,22 @@ class basic_idle_timer {
   /// Move-constructs an idle timer; a pending wait moves along. The moved-from object
   /// may be destroyed or assigned to; its touch() does nothing, its cancel() returns 0
   /// and its other members throw std::logic_error.
-  basic_idle_timer(basic_idle_timer&&) noexcept = default;
+  basic_idle_timer(basic_idle_timer&& other) noexcept
+      : service_(std::exchange(other.service_, nullptr)),
+        executor_(other.executor_),
+        flag_(std::exchange(other.flag_, nullptr)) {
+    take(other);
+  }
+
   /// Aborts this timer's pending wait (operation_aborted) and takes over `other`, with its
   /// pending wait. The moved-from object is as after the move constructor.
   basic_idle_timer& operator=(basic_idle_timer&& other) noexcept {
     if (this != &other) {
       close();
-      state_ = std::move(other.state_);
+      service_ = std::exchange(other.service_, nullptr);
+      executor_ = other.executor_;
+      flag_ = std::exchange(other.flag_, nullptr);
+      take(other);
     }
     return *this;
   }
@@ -146,29 +218,40 @@ class basic_idle_timer {
   /// period has just ended but whose handler has not run yet.
   ~basic_idle_timer() { close(); }
 
-  /// Gets the executor associated with the object.
-  executor_type get_executor() const { return state().timer.get_executor(); }
-  /// The idle period.
-  duration period() const { return state().period; }
+  basic_idle_timer(const basic_idle_timer&) = delete;
+  basic_idle_timer& operator=(const basic_idle_timer&) = delete;
 
-  /// Records activity. O(1): one relaxed store. Safe from any thread. A touch() counts
-  /// for the wait pending when it happens; async_wait() forgets earlier ones.
+  /// Gets the executor associated with the object.
+  executor_type get_executor() const {
+    check();
+    return executor_;
+  }
+  /// The idle period.
+  duration period() const {
+    check();
+    return state_.period;
+  }
+
+  /// Records activity. O(1), lock-free, allocates nothing: a read of steady_clock and one
+  /// relaxed store into this object (a blind store: at a million connections the cold
+  /// cache line is written without the CPU waiting for it). Safe from any thread. A
+  /// touch() counts for the wait pending when it happens; async_wait() forgets earlier
+  /// ones.
   void touch() noexcept {
-    if (state_) state_->touched.store(true, std::memory_order_relaxed);
+    state_.touched.store(clock_type::now().time_since_epoch().count(), std::memory_order_relaxed);
   }
 
   /// Waits until the connection has been idle for a period, measured from this call or
   /// the last touch().
   ///
   /// This function is an initiating function for an asynchronous operation, and always
-  /// returns immediately; the handler is never invoked from inside it. The wait is one
-  /// internal timer wait per period, re-armed while touch() is called: it completes at
-  /// least `period` after this call and after the last touch(), and at most 2 x `period`
-  /// (plus one wheel tick and scheduling delay) after the later of the two.
+  /// returns immediately; the handler is never invoked from inside it. The wait completes
+  /// no earlier than `period` after this call and after the last touch(), and at most one
+  /// wheel tick plus touch_resolution() plus scheduling delay after the later of the two.
   ///
   /// One wait at a time: a new wait aborts the pending one. Start it once the previous
   /// one has completed, though: a wait started after the previous one's period ended but
-  /// before its handler ran does not abort that one (and may be aborted by it).
+  /// before its handler ran does not abort that one.
   ///
   /// @param token The completion token that will be used to produce a completion handler
   /// (a function object, use_awaitable, deferred, ...).
@@ -178,7 +261,7 @@ class basic_idle_timer {
   /// Success when idle; boost::asio::error::operation_aborted on cancel(), destruction,
   /// move assignment over the timer, a new async_wait() or per-operation cancellation;
   /// boost::asio::error::no_buffer_space when the wheel's wheel_options::max_pending is
-  /// reached (at the start or at a re-arm).
+  /// reached.
   ///
   /// @par Per-Operation Cancellation
   /// This asynchronous operation supports cancellation for the following
@@ -190,37 +273,57 @@ class basic_idle_timer {
   /// It is honoured also when emitted after the period ended but before the handler ran.
   template <class WaitToken = boost::asio::default_completion_token_t<executor_type>>
   auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
-    state();  // a moved-from timer throws here, not inside a deferred launch
+    check();  // a moved-from timer throws here, not inside a deferred launch
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
-        initiate_wait{state_}, token);
+        initiate_wait{this}, token);
   }
 
   /// Aborts the pending wait (also one whose period has just ended but whose handler has
-  /// not run yet); returns how many waits the underlying timer aborted (0 or 1). The
-  /// handler completes with operation_aborted, later, from the context.
+  /// not run yet); returns how many waits the wheel still held (0 or 1). The handler
+  /// completes with operation_aborted, later, from the context.
   std::size_t cancel() {
-    if (!state_) return 0;
-    state_->cancelled.store(true, std::memory_order_release);
-    return state_->timer.cancel();
+    if (!service_) return 0;
+    if (flag_) flag_->aborted.store(true, std::memory_order_release);
+    return service_->cancel(state_);
   }
 
  private:
   struct initiate_wait {
-    std::shared_ptr<state_type> state;
-    executor_type get_executor() const { return state->timer.get_executor(); }
+    basic_idle_timer* self;
+    executor_type get_executor() const { return self->executor_; }
 
     template <class Handler>
     void operator()(Handler&& handler) const {
-      // async_wait() checked already; saying it again lets GCC see that no path stores
-      // through a null state (it warned, with -Werror, under Boost 1.83's inlining).
-      if (!state) throw std::logic_error("twheel::idle_timer: used after being moved from");
-      state->touched.store(false, std::memory_order_relaxed);
-      state->cancelled.store(false, std::memory_order_relaxed);
-      state->timer.expires_after(state->period);
-      state->timer.async_wait(detail::idle_wait_op<std::decay_t<Handler>, state_type>(
-          state, std::forward<Handler>(handler)));
+      self->start(std::forward<Handler>(handler));
     }
   };
+
+  template <class Handler>
+  void start(Handler&& handler) {
+    check();
+    using op_type = detail::idle_wait_op<std::decay_t<Handler>, detail::idle_wait_flag>;
+    if (flag_) {
+      // The previous wait: aborted if still in the wheel, left to complete if settled.
+      service_->cancel(state_);
+      std::exchange(flag_, nullptr)->release();
+    }
+    detail::idle_wait_flag* flag = detail::make_idle_wait_flag(handler);
+    op_type op(flag, std::forward<Handler>(handler));
+    const clock_type::time_point now = clock_type::now();
+    const clock_type::time_point deadline =
+        now > clock_type::time_point::max() - state_.period ? clock_type::time_point::max()
+                                                            : now + state_.period;
+    // The start counts as a touch; earlier touches do not. Written before the entry is
+    // filed, so the driver (under the lock) sees it.
+    state_.touched.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    try {
+      service_->async_wait(state_, deadline, op, executor_);
+    } catch (...) {
+      flag->release();  // ours; the op's goes with it
+      throw;
+    }
+    flag_ = flag;
+  }
 
   static duration checked(duration period) {
     if (period <= duration::zero()) {
@@ -230,18 +333,32 @@ class basic_idle_timer {
     return period;
   }
 
-  state_type& state() const {
-    if (!state_) throw std::logic_error("twheel::idle_timer: used after being moved from");
-    return *state_;
+  void check() const {
+    if (!service_) throw std::logic_error("twheel::idle_timer: used after being moved from");
   }
 
-  void close() {
-    if (!state_) return;
-    state_->closed.store(true, std::memory_order_release);
-    state_->timer.cancel();
+  // The entry, its waits and its stamp move from `other` (its service_ already taken).
+  void take(basic_idle_timer& other) noexcept {
+    state_.period = other.state_.period;
+    state_.touched.store(other.state_.touched.load(std::memory_order_relaxed),
+                         std::memory_order_relaxed);
+    state_.boxable = other.state_.boxable;
+    if (service_) service_->move(state_, other.state_);
   }
 
-  std::shared_ptr<state_type> state_;
+  void close() noexcept {
+    if (!service_) return;
+    if (flag_) {
+      flag_->aborted.store(true, std::memory_order_release);
+      std::exchange(flag_, nullptr)->release();
+    }
+    service_->destroy(state_);
+  }
+
+  wheel_service* service_;
+  executor_type executor_;
+  detail::idle_wait_flag* flag_ = nullptr;  // the last wait's, until it is replaced
+  detail::idle_entry state_;
 };
 
 /// An idle timer whose handlers run, by default, on an any_io_executor.

@@ -242,6 +242,7 @@ class wheel_service : public boost::asio::execution_context::service {
   void ensure_driver();
   void arm_driver(std::chrono::nanoseconds at);
   void on_driver(std::uint64_t generation, bool from_timer, const boost::system::error_code& ec);
+  bool refile_idle(detail::timer_state& timer, std::chrono::nanoseconds now) noexcept;
   void disarm_driver() noexcept;
   void attach_executor(boost::asio::any_io_executor ex);
   template <class Executor>

@@ -9,6 +9,7 @@
 #include <boost/asio/cancellation_type.hpp>
 
 #include <atomic>
+#include <chrono>
 
 namespace twheel {
 class wheel_service;
@@ -32,6 +33,8 @@ struct timer_state : wheel_entry {
   // The timer's handlers may run directly on the thread of the wheel's drain (its executor
   // is the one the wheel runs on): only then can a handler live in `box`.
   bool boxable = false;
+  // An idle_entry: when it comes due, the driver checks its last touch first.
+  bool idle = false;
   // The oldest wait, if its handler fits in a box; used only while `waits` is empty, so
   // that it stays the oldest.
   handler_box box;
@@ -39,6 +42,42 @@ struct timer_state : wheel_entry {
 
   bool has_waits() const noexcept { return !box.empty() || !waits.empty(); }
 };
+
+// An idle_timer's entry. The touch stamp lives in the entry itself, so that touch() is
+// one store to the timer object (no lock, no wheel operation) and the wheel reads it only
+// when the entry comes due: then the wait completes if a whole period has passed since
+// the stamp, or the entry is re-filed at stamp + period (lazily, as a later reschedule).
+struct idle_entry : timer_state {
+  idle_entry() noexcept { idle = true; }
+
+  using clock_type = std::chrono::steady_clock;
+
+  // An upper bound of the time of the last touch (or of the wait's start), as
+  // clock_type's count since its epoch. Written by touch() from any thread, read by the
+  // driver under the wheel's lock.
+  std::atomic<clock_type::rep> touched{0};
+  clock_type::duration period{};
+
+  // The wait is due at `touched + period`, saturating.
+  clock_type::time_point due() const noexcept {
+    const clock_type::time_point last{clock_type::duration(touched.load(std::memory_order_relaxed))};
+    if (last > clock_type::time_point::max() - period) return clock_type::time_point::max();
+    return last + period;
+  }
+};
+
+// What the driver does with an idle entry that came due at wheel time `now` (its waits
+// not yet settled): re-files it at its last touch + period when that is still ahead and
+// returns true; false means the wait is complete. `to_wheel` maps a clock time point to
+// wheel time (rounding up). A template so that the test can drive it with its own clock.
+template <class ToWheelTime>
+bool refile_if_touched(timing_wheel& wheel, idle_entry& entry, std::chrono::nanoseconds now,
+                       ToWheelTime to_wheel) noexcept {
+  const std::chrono::nanoseconds due = to_wheel(entry.due());
+  if (due <= now) return false;
+  wheel.insert(entry, due);
+  return true;
+}
 
 // Lives in a handler's cancellation slot while its wait is pending. The wait and the
 // canceller point at each other; whichever goes first (the wait settling, or the slot's

@@ -24,7 +24,7 @@ int main() {
   error_code timeout_ec;
   never.async_wait(twheel::cancel_after(10ms, [&](error_code ec) { timeout_ec = ec; }));
 
-  // Nobody touches it: it completes after one to two periods.
+  // Nobody touches it: it completes one period after the wait started.
   twheel::idle_timer idle(io, 5ms);
   bool idled = false;
   idle.async_wait([&](error_code ec) { idled = !ec; });
