@@ -46,6 +46,19 @@ class block_pool {
     return ::operator new(block_size);
   }
 
+  // Makes sure the next `n` take()s do not allocate; under the owner's lock. Throws
+  // std::bad_alloc with nothing changed but the blocks already made kept.
+  void reserve(std::size_t n) {
+    if (private_ == nullptr) private_ = shared_.exchange(nullptr, std::memory_order_acquire);
+    std::size_t have = 0;
+    for (node* p = private_; p != nullptr && have < n; p = p->next) ++have;
+    for (; have < n; ++have) {
+      node* fresh = ::new (::operator new(block_size)) node;
+      fresh->next = private_;
+      private_ = fresh;
+    }
+  }
+
   // From any thread.
   void give_back(void* p) noexcept {
     node* n = ::new (p) node;
