@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
@@ -373,11 +374,18 @@ void wheel_service::ensure_driver() {
 }
 
 void wheel_service::arm_driver(std::chrono::nanoseconds at) {
+  // The memory of the wait or pass below, made before anything changes: once expires_at()
+  // has cancelled the armed wait, a failing allocation would leave the accepted waits
+  // with no driver (the fault-injection test found it). Both draw from posted_.
+  posted_.reserve(1);
   if (at <= wheel_.now()) {
     // Already due (or a bounded pass left work): run a pass after what is queued. A wait
     // still pending on the internal timer would keep run() from returning: cancel it.
     const std::uint64_t generation = generation_ + 1;
-    boost::asio::post(executor_, [this, generation] { on_driver(generation, false, {}); });
+    boost::asio::post(executor_,
+                      boost::asio::bind_allocator(
+                          detail::pool_allocator<void>(posted_),
+                          [this, generation] { on_driver(generation, false, {}); }));
     generation_ = generation;
     armed_at_ = at;
     if (timer_armed_) {
@@ -440,6 +448,7 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
       --fired.count;
       hand_over(fired);
     }
+    // Its own block went back to posted_ before this ran: arm_driver() finds it there.
     if (stats_.pending != 0) ensure_driver();
   }
   if (first) first->run();

@@ -182,6 +182,14 @@ class cancel_after_initiation {
     // A relative timeout counts from now: with deferred, from the launch.
     const auto deadline = timeout_ ? deadline_after(*timeout_) : deadline_;
     state_type* state = state_type::create(svc, h, ex, type_);
+    // The timeout is filed first: after the initiation, a failure could no longer be
+    // reported by throwing (the operation would be running, its handler accepted).
+    try {
+      state->file(svc.wheel_time(deadline));
+    } catch (...) {
+      state->discard();
+      throw;
+    }
     // A caller's slot bound around this token (bind_cancellation_slot(slot, cancel_after(
     // ...))) reaches the operation as a cancellation_slot_binder around our handler; the
     // associated_cancellation_slot specialization in cancel_after_op.hpp keeps our slot
@@ -193,7 +201,7 @@ class cancel_after_initiation {
       state->abandon();
       throw;
     }
-    state->start(svc.wheel_time(deadline));
+    state->start();
   }
 
  private:

@@ -52,23 +52,35 @@ class cancel_after_state : public wait_op {
     }
   }
 
-  // Files the timeout. Called after the operation was initiated, so that its cancellation
-  // handler is installed before the timeout can emit. If the operation already finished,
-  // takes the timeout back (finish() and start() race benignly: one unschedule wins).
-  // The initiating call holds its own share until here: the operation may complete on
-  // another thread, and the timeout fire, before start() has read done_ (TSan found it).
-  void start(std::chrono::nanoseconds deadline) {
-    service_.schedule(entry_, deadline, this);
-    if (done_.load(std::memory_order_acquire) && service_.unschedule(entry_, this)) release();
+  // Files the timeout, before the operation is initiated: filing may throw (bad_alloc),
+  // and the initiating call may only throw while nothing has started. Throws with nothing
+  // filed; the caller then calls discard().
+  void file(std::chrono::nanoseconds deadline) { service_.schedule(entry_, deadline, this); }
+
+  // The timeout could not be filed: nothing else holds the state.
+  void discard() noexcept {
+    Allocator alloc(allocator_);
+    this->~cancel_after_state();
+    std::allocator_traits<Allocator>::deallocate(alloc, this, 1);
+  }
+
+  // The operation was initiated: its cancellation handler is installed, so the timeout
+  // may emit. If it fired on another thread while the initiation was still running, it
+  // left the emission to us (emitted here, on the initiating thread, which is the
+  // operation's). The initiating call holds its own share until here: the operation may
+  // complete on another thread, and the timeout fire, before this (TSan found it).
+  void start() {
+    int expected = initiating;
+    if (!phase_.compare_exchange_strong(expected, initiated, std::memory_order_acq_rel) &&
+        !done_.load(std::memory_order_acquire)) {
+      signal_.emit(type_);
+    }
     release();
   }
 
-  // The operation could not be initiated (its initiation threw, and the handler it was
-  // given is gone): drop the wheel's share and the initiating call's.
-  void abandon() noexcept {
-    release();
-    release();
-  }
+  // The operation could not be initiated: the handler it was given is gone, and its
+  // destruction took the timeout back (finish()). Drops the initiating call's share.
+  void abandon() noexcept { release(); }
 
   boost::asio::cancellation_slot slot() noexcept { return signal_.slot(); }
   void emit(boost::asio::cancellation_type_t type) { signal_.emit(type); }
@@ -113,7 +125,14 @@ class cancel_after_state : public wait_op {
     }
     void operator()() {
       cancel_after_state* self = std::exchange(self_, nullptr);
-      if (!self->done_.load(std::memory_order_acquire)) self->signal_.emit(self->type_);
+      int expected = initiating;
+      // Still initiating (on another thread): the operation may not listen yet; start()
+      // emits instead.
+      if (!self->done_.load(std::memory_order_acquire) &&
+          !self->phase_.compare_exchange_strong(expected, fired_early,
+                                                std::memory_order_acq_rel)) {
+        self->signal_.emit(self->type_);
+      }
       self->release();
     }
 
@@ -129,6 +148,8 @@ class cancel_after_state : public wait_op {
   boost::asio::cancellation_type_t type_;
   std::atomic<int> refs_{3};  // the wrapped handler, the wheel's wait, the initiating call
   std::atomic<bool> done_{false};
+  enum : int { initiating, initiated, fired_early };
+  std::atomic<int> phase_{initiating};
 };
 
 // The handler the wrapped operation sees: the caller's handler, with our signal's slot as
