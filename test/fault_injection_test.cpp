@@ -459,35 +459,42 @@ BOOST_AUTO_TEST_CASE(cancel_after_socket_read) {
   });
 }
 
+// Runs `body(ctx)` on a fresh context whose wheel exists, with the Nth allocation failing
+// (a constructor that cannot allocate throws and starts nothing), then drains the context
+// with no injection: every accepted wait must have completed by then.
+template <class Body>
+void on_fresh_context(long n, Body body) {
+  asio::io_context ctx;
+  (void)twheel::stats(ctx);
+  fault_scope armed(n);
+  try {
+    body(ctx);
+  } catch (const std::bad_alloc&) {
+  }
+  armed.disarm();
+  ctx.restart();
+  ctx.run();
+  FI_CHECK(twheel::stats(ctx).pending == 0);
+}
+
 BOOST_AUTO_TEST_CASE(idle_timer) {
   for_every_allocation([](long n) {
     ledger l;
-    {
-      asio::io_context ctx;
-      (void)twheel::stats(ctx);
-      fault_scope armed(n);
+    on_fresh_context(n, [&](asio::io_context& ctx) {
       int id;
-      try {
-        twheel::idle_timer idle(ctx, 1ms);
-        id = l.take();
-        l.accepted[id] = initiate([&] { idle.async_wait(small_handler(l, id)); });
-        idle.touch();
-        idle.cancel();
-        id = l.take();
-        l.accepted[id] = initiate([&] { idle.async_wait(big_handler(l, id)); });
-        twheel::idle_timer other(ctx, 1ms);
-        id = l.take();
-        l.accepted[id] = initiate([&] { other.async_wait(small_handler(l, id)); });
-        idle = std::move(other);  // aborts idle's wait, takes other's
-        run_armed(ctx);
-      } catch (const std::bad_alloc&) {
-        // A constructor could not allocate: nothing was started by it.
-      }
-      armed.disarm();
-      ctx.restart();
-      ctx.run();
-      FI_CHECK(twheel::stats(ctx).pending == 0);
-    }
+      twheel::idle_timer idle(ctx, 1ms);
+      id = l.take();
+      l.accepted[id] = initiate([&] { idle.async_wait(small_handler(l, id)); });
+      idle.touch();
+      idle.cancel();
+      id = l.take();
+      l.accepted[id] = initiate([&] { idle.async_wait(big_handler(l, id)); });
+      twheel::idle_timer other(ctx, 1ms);
+      id = l.take();
+      l.accepted[id] = initiate([&] { other.async_wait(small_handler(l, id)); });
+      idle = std::move(other);  // aborts idle's wait, takes other's
+      run_armed(ctx);
+    });
     check_ledger(l);
   });
 }
@@ -495,33 +502,23 @@ BOOST_AUTO_TEST_CASE(idle_timer) {
 BOOST_AUTO_TEST_CASE(periodic_timer) {
   for_every_allocation([](long n) {
     ledger l;
-    {
-      asio::io_context ctx;
-      (void)twheel::stats(ctx);
-      fault_scope armed(n);
+    on_fresh_context(n, [&](asio::io_context& ctx) {
       int id;
-      try {
-        twheel::periodic_timer tick(ctx, 1ms);
-        for (int i = 0; i < 3; ++i) {
-          id = l.take();
-        l.accepted[id] = initiate([&] { tick.async_wait(small_handler(l, id)); });
-          run_armed(ctx);
-          ctx.restart();
-        }
-        id = l.take();
-        l.accepted[id] = initiate([&] { tick.async_wait(big_handler(l, id)); });
-        tick.cancel();
+      twheel::periodic_timer tick(ctx, 1ms);
+      for (int i = 0; i < 3; ++i) {
         id = l.take();
         l.accepted[id] = initiate([&] { tick.async_wait(small_handler(l, id)); });
-        twheel::periodic_timer moved(std::move(tick));
         run_armed(ctx);
-      } catch (const std::bad_alloc&) {
+        ctx.restart();
       }
-      armed.disarm();
-      ctx.restart();
-      ctx.run();
-      FI_CHECK(twheel::stats(ctx).pending == 0);
-    }
+      id = l.take();
+      l.accepted[id] = initiate([&] { tick.async_wait(big_handler(l, id)); });
+      tick.cancel();
+      id = l.take();
+      l.accepted[id] = initiate([&] { tick.async_wait(small_handler(l, id)); });
+      twheel::periodic_timer moved(std::move(tick));
+      run_armed(ctx);
+    });
     check_ledger(l);
   });
 }
