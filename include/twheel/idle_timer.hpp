@@ -310,9 +310,7 @@ class basic_idle_timer {
     detail::idle_wait_flag* flag = detail::make_idle_wait_flag(handler);
     op_type op(flag, std::forward<Handler>(handler));
     const clock_type::time_point now = clock_type::now();
-    const clock_type::time_point deadline =
-        now > clock_type::time_point::max() - state_.period ? clock_type::time_point::max()
-                                                            : now + state_.period;
+    const clock_type::time_point deadline = state_.period_after(now);
     // The start counts as a touch; earlier touches do not. Written before the entry is
     // filed, so the driver (under the lock) sees it.
     state_.touched.store(now.time_since_epoch().count(), std::memory_order_relaxed);

@@ -58,11 +58,16 @@ struct idle_entry : timer_state {
   std::atomic<clock_type::rep> touched{0};
   clock_type::duration period{};
 
+  // A period after `t`, saturating at the clock's end.
+  clock_type::time_point period_after(clock_type::time_point t) const noexcept {
+    if (t > clock_type::time_point::max() - period) return clock_type::time_point::max();
+    return t + period;
+  }
+
   // The wait is due at `touched + period`, saturating.
   clock_type::time_point due() const noexcept {
-    const clock_type::time_point last{clock_type::duration(touched.load(std::memory_order_relaxed))};
-    if (last > clock_type::time_point::max() - period) return clock_type::time_point::max();
-    return last + period;
+    return period_after(
+        clock_type::time_point{clock_type::duration(touched.load(std::memory_order_relaxed))});
   }
 };
 
