@@ -138,6 +138,21 @@ void wheel_service::unfile_wait(detail::timer_state& timer) noexcept {
   records_.unreserve();
 }
 
+// Queues `op` on its timer and files the timer; if that throws, takes the op back (and
+// cuts its cancellation slot loose) before rethrowing, so the caller still owns it.
+void wheel_service::file_op(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                            detail::wait_op* op) {
+  timer.waits.push(op);
+  try {
+    file_wait(timer, deadline);
+  } catch (...) {
+    timer.waits.erase(op);
+    op->set_canceller(nullptr);
+    unfile_wait(timer);
+    throw;
+  }
+}
+
 bool wheel_service::start_boxed_wait(detail::timer_state& timer,
                                      std::chrono::nanoseconds deadline,
                                      detail::handler_box& handler) {
@@ -188,15 +203,7 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
     hand_over(rejected);
     return;
   }
-  timer.waits.push(op);
-  try {
-    file_wait(timer, deadline);
-  } catch (...) {
-    timer.waits.erase(op);
-    op->set_canceller(nullptr);
-    unfile_wait(timer);
-    throw;
-  }
+  file_op(timer, deadline, op);
 }
 
 void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,
@@ -208,14 +215,7 @@ void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanosecond
     return;
   }
   records_.reserve();
-  timer.waits.push(op);
-  try {
-    file_wait(timer, deadline);
-  } catch (...) {
-    timer.waits.erase(op);
-    unfile_wait(timer);
-    throw;
-  }
+  file_op(timer, deadline, op);
 }
 
 bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept {

@@ -232,6 +232,8 @@ class wheel_service : public boost::asio::execution_context::service {
   void start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                   detail::wait_op* op, detail::wait_canceller* canceller);
   void file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline);
+  void file_op(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+               detail::wait_op* op);
   void unfile_wait(detail::timer_state& timer) noexcept;
   void settle_box(detail::handler_box& box, detail::wait_result result, settled& out) noexcept;
   void settle_op(detail::wait_op* op, detail::wait_result result, settled& out) noexcept;
