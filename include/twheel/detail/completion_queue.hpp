@@ -110,13 +110,16 @@ class completion_queue {
   completion& emplace() noexcept {
     assert(reserved_ > 0);
     --reserved_;
-    if (tail_ == nullptr || tail_index_ == per_block) {
-      // The full block leaves our hands: the last of its records to be released recycles it.
-      block_header* b = take_spare();
-      tail_ = b;
+    if (tail_ == nullptr) {
+      tail_ = take_spare();
       tail_index_ = 0;
     }
-    return items(tail_)[tail_index_++];
+    completion& c = items(tail_)[tail_index_++];
+    // A full block leaves our hands at once: the last of its records to be released
+    // recycles it, possibly before any later emplace(), so tail_ must not keep it (the
+    // destructor would free it twice, once as the tail and once as recycled).
+    if (tail_index_ == per_block) tail_ = nullptr;
+    return c;
   }
 
   // Called by a record's completion, on any thread.
