@@ -190,6 +190,19 @@ class cancel_after_initiation {
       state->discard();
       throw;
     }
+    // The handler's own cancellation slot (cancel_after(t, bind_cancellation_slot(slot,
+    // h))) is forwarded into the timeout's now, while a failure to allocate the forwarder
+    // can still be thrown with nothing started.
+    auto handler_slot = boost::asio::get_associated_cancellation_slot(h);
+    if (handler_slot.is_connected()) {
+      try {
+        handler_slot.template emplace<cancel_forwarder<state_type>>(state);
+      } catch (...) {
+        state->finish();   // takes the timeout back out of the wheel
+        state->abandon();  // and lets go of the state
+        throw;
+      }
+    }
     // A caller's slot bound around this token (bind_cancellation_slot(slot, cancel_after(
     // ...))) reaches the operation as a cancellation_slot_binder around our handler; the
     // associated_cancellation_slot specialization in cancel_after_op.hpp keeps our slot

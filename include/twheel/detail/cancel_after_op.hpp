@@ -8,6 +8,7 @@
 #include <twheel/detail/wait_ops.hpp>
 #include <twheel/wheel_service.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -15,9 +16,13 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <new>
+#include <type_traits>
 #include <utility>
 
 namespace twheel::detail {
@@ -75,8 +80,17 @@ class cancel_after_state : public wait_op {
         !done_.load(std::memory_order_acquire)) {
       signal_.emit(type_);
     }
+    if (forward_failed_ && !done_.load(std::memory_order_acquire)) {
+      signal_.emit(boost::asio::cancellation_type::terminal);
+    }
     release();
   }
+
+  // A caller's slot met during the initiation could not be forwarded into ours (no memory
+  // for the forwarder, from a noexcept path): the operation could not be cancelled through
+  // it, so it is cancelled at once instead, by start(): it completes with its cancelled
+  // result (operation_aborted) rather than run on deaf to its caller.
+  void cancel_when_started() noexcept { forward_failed_ = true; }
 
   // The operation could not be initiated: the handler it was given is gone, and its
   // destruction took the timeout back (finish()). Drops the initiating call's share.
@@ -109,8 +123,49 @@ class cancel_after_state : public wait_op {
       self->release();
       return;
     }
-    // Emit on the operation's executor: cancellation slots are not thread-safe.
-    boost::asio::dispatch(self->executor_, emit_timeout{self});
+    // Emit on the operation's executor: cancellation slots are not thread-safe. Already
+    // there (the context's own executor, and this a thread running it): emit now. That is
+    // what dispatch() would do, without the memory it takes through a type-erased
+    // executor, whose failure would lose the timeout.
+    if (running_in_this_thread(self->executor_)) {
+      emit_timeout{self}();
+      return;
+    }
+    // Elsewhere (a strand, another context): dispatch, which allocates. If it cannot,
+    // the timeout is filed again a millisecond later rather than lost; if even that
+    // cannot allocate, run() throws bad_alloc and the operation runs on without its
+    // timeout (Asio's own timers lose their handler there too).
+    self->refs_.fetch_add(1, std::memory_order_relaxed);  // the retry's share
+    try {
+      boost::asio::dispatch(self->executor_, emit_timeout{self});
+    } catch (const std::bad_alloc&) {
+      // The emit_timeout given to dispatch() let go of the wheel's share: the retry's
+      // takes its place.
+      try {
+        self->service_.schedule(self->entry_,
+                                self->service_.wheel_time(std::chrono::steady_clock::now() +
+                                                          std::chrono::milliseconds(1)),
+                                self);
+      } catch (...) {
+        self->release();
+        throw;
+      }
+      return;
+    }
+    self->release();
+  }
+
+  template <class Ex>
+  static bool running_in_this_thread(const Ex& ex) noexcept {
+    using io_executor = boost::asio::io_context::executor_type;
+    if constexpr (std::is_same_v<Ex, io_executor>) {
+      return ex.running_in_this_thread();
+    } else if constexpr (std::is_same_v<Ex, boost::asio::any_io_executor>) {
+      const io_executor* io = ex.template target<io_executor>();
+      return io != nullptr && io->running_in_this_thread();
+    } else {
+      return false;
+    }
   }
 
   // Holds the wheel's share of the state until it has emitted, or until it is destroyed
@@ -150,6 +205,16 @@ class cancel_after_state : public wait_op {
   std::atomic<bool> done_{false};
   enum : int { initiating, initiated, fired_early };
   std::atomic<int> phase_{initiating};
+  bool forward_failed_ = false;  // set and read on the initiating thread
+};
+
+// Installed in a caller's cancellation slot: forwards what the caller emits into the
+// slot the operation listens to.
+template <class State>
+struct cancel_forwarder {
+  explicit cancel_forwarder(State* s) noexcept : state(s) {}  // C++17: no paren aggregate init
+  State* state;
+  void operator()(boost::asio::cancellation_type_t type) { state->emit(type); }
 };
 
 // The handler the wrapped operation sees: the caller's handler, with our signal's slot as
@@ -159,11 +224,10 @@ class cancel_after_handler {
  public:
   using cancellation_slot_type = boost::asio::cancellation_slot;
 
+  // The handler's own slot, if any, was forwarded into the state's by the initiation
+  // (forward_handler_slot): emplacing allocates, which this constructor may not.
   cancel_after_handler(Handler&& handler, State* state) noexcept
-      : handler_(std::move(handler)), state_(state) {
-    auto outer = boost::asio::get_associated_cancellation_slot(handler_);
-    if (outer.is_connected()) outer.template emplace<forwarder>(state_);
-  }
+      : handler_(std::move(handler)), state_(state) {}
 
   cancel_after_handler(cancel_after_handler&& other) noexcept
       : handler_(std::move(other.handler_)),
@@ -187,12 +251,23 @@ class cancel_after_handler {
   // made by Asio's adapter around our initiation, in every Asio version). Forwards `slot`
   // into ours (until this operation completes) and returns ours, so that both the caller
   // and the timeout reach the operation. Called through associated_cancellation_slot.
+  //
+  // Forwarding allocates the forwarder (in Asio's recycling allocator) the first time a
+  // slot is met, from this noexcept path: asked again for the same slot, nothing is
+  // done. If it cannot allocate, the operation is cancelled as soon as its initiation
+  // returns (cancel_when_started): it ends with its cancelled result instead of running
+  // unreachable by its caller, and nothing calls std::terminate.
   cancellation_slot_type bind_outer_slot(boost::asio::cancellation_slot slot) const noexcept {
     if (!state_) return slot;
-    if (slot.is_connected() && slot != state_->slot()) {
-      if (bound_.is_connected() && bound_ != slot) bound_.clear();
-      slot.template emplace<forwarder>(state_);
-      bound_ = slot;
+    if (slot.is_connected() && slot != state_->slot() && slot != bound_) {
+      if (bound_.is_connected()) bound_.clear();
+      bound_ = boost::asio::cancellation_slot();
+      try {
+        slot.template emplace<cancel_forwarder<State>>(state_);
+        bound_ = slot;
+      } catch (const std::bad_alloc&) {
+        state_->cancel_when_started();
+      }
     }
     return state_->slot();
   }
@@ -206,11 +281,6 @@ class cancel_after_handler {
   Handler handler_;
 
  private:
-  struct forwarder {
-    explicit forwarder(State* s) noexcept : state(s) {}  // C++17: no parenthesized aggregate init
-    State* state;
-    void operator()(boost::asio::cancellation_type_t type) { state->emit(type); }
-  };
 
   void release_state() noexcept {
     auto outer = boost::asio::get_associated_cancellation_slot(handler_);
