@@ -44,6 +44,7 @@
 #include <exception>
 #include <new>
 #include <optional>
+#include <vector>
 
 namespace {
 
@@ -314,6 +315,39 @@ struct socket_pair {
   }
 };
 
+// A silent read whose timeout was lost would never end. The watchdog (Asio's own timer,
+// not the wheel) ends it by closing the sockets and says so: it fails the test, it does
+// not decide it. finish() then checks it did not fire, closes the sockets and drains the
+// context with no injection.
+class read_watchdog {
+ public:
+  read_watchdog(asio::io_context& ctx, std::vector<tcp::socket*> sockets)
+      : ctx_(ctx), timer_(ctx, 5s), sockets_(std::move(sockets)) {
+    timer_.async_wait([this](error_code ec) {
+      if (ec) return;
+      fired_ = true;
+      close_all();
+    });
+  }
+  void finish() {
+    FI_CHECK(!fired_);
+    timer_.cancel();
+    close_all();
+    ctx_.restart();
+    ctx_.run();
+    FI_CHECK(twheel::stats(ctx_).pending == 0);
+  }
+
+ private:
+  void close_all() {
+    for (tcp::socket* s : sockets_) s->close();
+  }
+  asio::io_context& ctx_;
+  asio::steady_timer timer_;
+  std::vector<tcp::socket*> sockets_;
+  bool fired_ = false;
+};
+
 }  // namespace
 
 // async_wait of every handler kind, re-arm, cancel, cancel_one, per-operation
@@ -436,19 +470,8 @@ BOOST_AUTO_TEST_CASE(cancel_after_socket_read) {
       // them into the timeout's slot allocates (in Asio's recycling allocator).
       asio::cancellation_signal outer_signal, inner_signal;
       (void)twheel::stats(ctx);
-      // A silent read whose timeout was lost would never end. The watchdog (Asio's own
-      // timer, not the wheel) ends it by closing the socket and says so: it fails the
-      // test, it does not decide it.
-      asio::steady_timer watchdog(ctx, 5s);
-      bool watchdog_fired = false;
-      watchdog.async_wait([&](error_code ec) {
-        if (ec) return;
-        watchdog_fired = true;
-        silent.server.close();
-        talking.server.close();
-        outer.server.close();
-        inner.server.close();
-      });
+      read_watchdog watchdog(ctx,
+                             {&silent.server, &talking.server, &outer.server, &inner.server});
       int id1 = -1, id2 = -1, id3 = -1, id4 = -1;
       {
         fault_scope armed(n);
@@ -498,15 +521,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_socket_read) {
         }
         armed.disarm();
       }
-      FI_CHECK(!watchdog_fired);
-      watchdog.cancel();
-      silent.server.close();
-      talking.server.close();
-      outer.server.close();
-      inner.server.close();
-      ctx.restart();
-      ctx.run();
-      FI_CHECK(twheel::stats(ctx).pending == 0);
+      watchdog.finish();
     }
     check_ledger(l);
   });
@@ -526,13 +541,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_on_a_strand) {
       socket_pair silent(ctx);
       std::array<char, 16> buf{};
       (void)twheel::stats(ctx);
-      asio::steady_timer watchdog(ctx, 5s);
-      bool watchdog_fired = false;
-      watchdog.async_wait([&](error_code ec) {
-        if (ec) return;
-        watchdog_fired = true;
-        silent.server.close();
-      });
+      read_watchdog watchdog(ctx, {&silent.server});
       int id = -1;
       {
         fault_scope armed(n);
@@ -550,14 +559,9 @@ BOOST_AUTO_TEST_CASE(cancel_after_on_a_strand) {
         }
         armed.disarm();
       }
-      FI_CHECK(!watchdog_fired);
       FI_CHECK(l.state[id] != alive);
       FI_CHECK(l.state[id] != 100);  // resolved twice
-      watchdog.cancel();
-      silent.server.close();
-      ctx.restart();
-      ctx.run();
-      FI_CHECK(twheel::stats(ctx).pending == 0);
+      watchdog.finish();
     }
   });
 }
