@@ -276,6 +276,14 @@ class cancel_after_initiation {
 /// Cancellation is emitted on the handler's associated executor (as Asio's cancel_after
 /// does): use a strand when the context runs on several threads, so that the emission
 /// cannot run concurrently with the operation itself.
+///
+/// @par Allocation Failure
+/// The initiating function throws std::bad_alloc, with nothing started, if the timeout's
+/// state or the forwarding of a slot bound to the handler cannot be allocated. A slot
+/// bound around this token is met only inside the operation's initiation, where nothing
+/// may throw: if its forwarding cannot be allocated, the operation is cancelled
+/// (terminal) as soon as it has started. A timeout whose emission cannot be dispatched
+/// to a strand is filed again 1 ms later.
 template <class CompletionToken>
 auto cancel_after(std::chrono::steady_clock::duration timeout, CompletionToken&& token) {
   return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),
