@@ -551,6 +551,28 @@ BOOST_AUTO_TEST_CASE(move_construction_keeps_the_pending_wait) {
   BOOST_TEST(b.ticks() == 1u);
 }
 
+// A tick of a handler of one pointer (a [this] lambda) allocates no operation: its
+// wrapper (the state reference, one word, and the handler) fits the timer's in-object
+// handler box. With a shared_ptr to the state (two words) every tick was an allocated
+// operation. Compile-time: holds or does not build.
+BOOST_AUTO_TEST_CASE(a_one_pointer_handler_fits_the_in_object_box) {
+  struct one_pointer {
+    int* p;
+    void operator()(error_code) const {}
+  };
+  using state = twheel::detail::periodic_state<asio::any_io_executor>;
+  static_assert(
+      twheel::detail::fits_in_box<twheel::detail::periodic_wait_op<one_pointer, state>>);
+  static_assert(sizeof(twheel::detail::state_ref<state>) == sizeof(void*));
+  // And it runs: one tick with such a handler.
+  asio::io_context ctx;
+  periodic_timer t(ctx, 1ms);
+  int ticks = 0;
+  t.async_wait(one_pointer{&ticks});
+  run_ctx(ctx);
+  BOOST_TEST(t.ticks() == 1u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------

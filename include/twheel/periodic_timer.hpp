@@ -8,9 +8,10 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -73,13 +74,45 @@ struct periodic_state {
   clock_type::time_point next{};
   std::uint64_t ticks = 0;
   std::uint64_t skipped = 0;
+  std::atomic<std::size_t> refs{1};  // the timer, and the wait's handler while it lives
+};
+
+// An owning pointer to the state, one word wide: a tick's handler wrapper (this plus a
+// handler of one pointer, a [this] lambda) then fits the timer's in-object handler box,
+// so a tick allocates nothing. (A shared_ptr, two words, made every tick an allocated
+// operation.) The state outlives the timer while a completed tick's handler is queued.
+template <class State>
+class state_ref {
+ public:
+  explicit state_ref(State* p) noexcept : p_(p) {}
+  state_ref(const state_ref& other) noexcept : p_(other.p_) {
+    if (p_) p_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  state_ref(state_ref&& other) noexcept : p_(std::exchange(other.p_, nullptr)) {}
+  state_ref& operator=(state_ref other) noexcept {
+    std::swap(p_, other.p_);
+    return *this;
+  }
+  ~state_ref() { reset(); }
+
+  void reset() noexcept {
+    State* p = std::exchange(p_, nullptr);
+    if (p && p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
+  }
+  State* get() const noexcept { return p_; }
+  State* operator->() const noexcept { return p_; }
+  State& operator*() const noexcept { return *p_; }
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+
+ private:
+  State* p_;
 };
 
 template <class Handler, class State>
 class periodic_wait_op {
  public:
   template <class H>
-  periodic_wait_op(std::shared_ptr<State> state, H&& handler)
+  periodic_wait_op(state_ref<State> state, H&& handler)
       : state_(std::move(state)), handler_(std::forward<H>(handler)) {}
 
   void operator()(boost::system::error_code ec) {
@@ -88,7 +121,7 @@ class periodic_wait_op {
     std::move(handler_)(ec);
   }
 
-  std::shared_ptr<State> state_;
+  state_ref<State> state_;
   Handler handler_;
 };
 
@@ -131,7 +164,7 @@ class basic_periodic_timer {
   basic_periodic_timer(const executor_type& ex, duration period,
                        tick_mode mode = tick_mode::fixed_rate,
                        missed_tick_policy policy = missed_tick_policy::burst)
-      : state_(std::make_shared<state_type>(ex, checked(period), mode, policy)) {}
+      : state_(new state_type(ex, checked(period), mode, policy)) {}
 
   /// As the constructor above, with the executor of `ctx`.
   ///
@@ -235,7 +268,7 @@ class basic_periodic_timer {
 
  private:
   struct initiate_wait {
-    std::shared_ptr<state_type> state;
+    detail::state_ref<state_type> state;
     executor_type get_executor() const { return state->timer.get_executor(); }
 
     template <class Handler>
@@ -259,7 +292,7 @@ class basic_periodic_timer {
     return *state_;
   }
 
-  std::shared_ptr<state_type> state_;
+  detail::state_ref<state_type> state_;
 };
 
 /// A periodic timer whose handlers run, by default, on an any_io_executor.
