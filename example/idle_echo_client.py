@@ -262,7 +262,7 @@ def stop_server(server, check):
         return "server killed"
     if server.returncode != 0:
         check.fail(f"server exited with status {server.returncode} after SIGTERM")
-    return f"server exited with status {server.returncode} ({out.strip()})"
+    return f"server exited with status {server.returncode} ({out.strip().replace(chr(10), '; ')})"
 
 
 def main():
