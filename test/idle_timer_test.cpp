@@ -687,11 +687,14 @@ BOOST_AUTO_TEST_CASE(touch_racing_the_expiry_from_another_thread) {
       timers.back()->async_wait(outs[i].handler());
     }
     wall::time_point last_sweep{};  // written by the thread, read after join()
+    wall::duration longest_gap{};    // between two sweeps: a stalled thread stops touching
     int sweeps = 0;
     std::thread toucher([&] {
       const auto until = wall::now() + 150ms + round * 20ms;
       while (wall::now() < until) {
-        last_sweep = wall::now();
+        const auto now = wall::now();
+        if (sweeps > 0) longest_gap = std::max(longest_gap, now - last_sweep);
+        last_sweep = now;
         for (auto& t : timers) t->touch();
         ++sweeps;
         std::this_thread::sleep_for(200us);
@@ -699,10 +702,20 @@ BOOST_AUTO_TEST_CASE(touch_racing_the_expiry_from_another_thread) {
     });
     run_ctx(ctx);
     toucher.join();
-    BOOST_TEST(sweeps > 10);
+    // A toucher stalled for a whole period (a VM's steal: seen in CI under ASan) lets the
+    // waits complete legitimately before its later sweeps: then the round shows nothing
+    // about the race and is not checked against the last sweep.
+    const bool stalled = longest_gap >= period / 2;
+    if (stalled) {
+      BOOST_TEST_MESSAGE("round " << round << ": the touching thread stalled for "
+                                  << ms(longest_gap) << " ms; lower bound not checked");
+    } else {
+      BOOST_TEST(sweeps > 10);
+    }
     for (std::size_t i = 0; i < n; ++i) {
       BOOST_TEST(outs[i].calls == 1);
       BOOST_TEST(!outs[i].ec);
+      if (stalled) continue;
       BOOST_TEST((outs[i].at >= last_sweep + period),
                  "timer " << i << " completed " << ms(outs[i].at - last_sweep)
                           << " ms after the last sweep of touches began");

@@ -368,9 +368,20 @@ BOOST_AUTO_TEST_CASE(skip_drops_missed_ticks_and_keeps_the_grid) {
     }
   }
   // Tick 4 was >= 2.5 periods late: at least 2 grid points were dropped, counted once.
-  BOOST_TEST(recs[2].skipped == 0u);
+  // Exactly there only if no other tick was a whole period late (a stall of the machine
+  // itself, seen in CI under ASan, drops points elsewhere too).
+  bool others_on_time = true;
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    if (i != 3 && recs[i].at - recs[i].due >= period) others_on_time = false;
+  }
+  if (others_on_time) {
+    BOOST_TEST(recs[2].skipped == 0u);
+    BOOST_TEST(timer.skipped() == recs[3].skipped);
+  } else {
+    BOOST_TEST_MESSAGE("another tick was a period late (the machine stalled): only the "
+                       "drop at tick 4 is checked");
+  }
   BOOST_TEST(recs[3].skipped >= 2u);
-  BOOST_TEST(timer.skipped() == recs[3].skipped);
   // The tick after the late one is on the grid, after the dropped points, not right away.
   const auto expected = grid0 + static_cast<int>(4 + recs[3].skipped + 1) * period;
   BOOST_TEST((recs[4].due == expected));
