@@ -8,7 +8,6 @@
 #include <twheel/detail/wait_ops.hpp>
 #include <twheel/wheel_service.hpp>
 
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -16,13 +15,11 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/dispatch.hpp>
-#include <boost/asio/io_context.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <new>
-#include <type_traits>
 #include <utility>
 
 namespace twheel::detail {
@@ -123,11 +120,11 @@ class cancel_after_state : public wait_op {
       self->release();
       return;
     }
-    // Emit on the operation's executor: cancellation slots are not thread-safe. Already
-    // there (the context's own executor, and this a thread running it): emit now. That is
-    // what dispatch() would do, without the memory it takes through a type-erased
-    // executor, whose failure would lose the timeout.
-    if (running_in_this_thread(self->executor_)) {
+    // Emit on the operation's executor: cancellation slots are not thread-safe. If it is
+    // the executor the wheel's records run on (runs_inline, as for inline waits), we are
+    // there: emit now. That is what dispatch() would do, without the memory it takes
+    // through a type-erased executor, whose failure would lose the timeout.
+    if (self->service_.runs_inline(self->executor_)) {
       emit_timeout{self}();
       return;
     }
@@ -153,19 +150,6 @@ class cancel_after_state : public wait_op {
       return;
     }
     self->release();
-  }
-
-  template <class Ex>
-  static bool running_in_this_thread(const Ex& ex) noexcept {
-    using io_executor = boost::asio::io_context::executor_type;
-    if constexpr (std::is_same_v<Ex, io_executor>) {
-      return ex.running_in_this_thread();
-    } else if constexpr (std::is_same_v<Ex, boost::asio::any_io_executor>) {
-      const io_executor* io = ex.template target<io_executor>();
-      return io != nullptr && io->running_in_this_thread();
-    } else {
-      return false;
-    }
   }
 
   // Holds the wheel's share of the state until it has emitted, or until it is destroyed
@@ -225,7 +209,7 @@ class cancel_after_handler {
   using cancellation_slot_type = boost::asio::cancellation_slot;
 
   // The handler's own slot, if any, was forwarded into the state's by the initiation
-  // (forward_handler_slot): emplacing allocates, which this constructor may not.
+  // (cancel_after_initiation): emplacing allocates, which this constructor may not.
   cancel_after_handler(Handler&& handler, State* state) noexcept
       : handler_(std::move(handler)), state_(state) {}
 
@@ -281,7 +265,6 @@ class cancel_after_handler {
   Handler handler_;
 
  private:
-
   void release_state() noexcept {
     auto outer = boost::asio::get_associated_cancellation_slot(handler_);
     if (outer.is_connected()) outer.clear();
