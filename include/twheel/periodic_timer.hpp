@@ -99,7 +99,6 @@ class state_ref {
     State* p = std::exchange(p_, nullptr);
     if (p && p->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
   }
-  State* get() const noexcept { return p_; }
   State* operator->() const noexcept { return p_; }
   State& operator*() const noexcept { return *p_; }
   explicit operator bool() const noexcept { return p_ != nullptr; }
