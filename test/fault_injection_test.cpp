@@ -42,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <initializer_list>
 #include <new>
 #include <optional>
 #include <vector>
@@ -348,6 +349,32 @@ class read_watchdog {
   bool fired_ = false;
 };
 
+// One operation started by `start(id)` with a handler of ledger id `id`, as wait_on() does
+// for timer waits: records whether the initiation accepted it, and checks that a refused
+// one left the wheel's pending count as it was. Returns the id.
+template <class Start>
+int start_op(asio::io_context& ctx, ledger& l, Start start) {
+  const auto pending = twheel::stats(ctx).pending;
+  const int id = l.take();
+  l.accepted[id] = initiate([&] { start(id); });
+  if (!l.accepted[id]) FI_CHECK(twheel::stats(ctx).pending == pending);
+  return id;
+}
+
+// Runs the context (while armed: a failing internal pass or handler leaves run_one()
+// with bad_alloc, and it is called again) until every handler in `ids` was resolved.
+void run_until_resolved(asio::io_context& ctx, const ledger& l, std::initializer_list<int> ids) {
+  auto pending = [&] {
+    return std::any_of(ids.begin(), ids.end(), [&](int id) { return l.state[id] == alive; });
+  };
+  while (pending()) {
+    try {
+      if (ctx.run_one() == 0) break;
+    } catch (const std::bad_alloc&) {
+    }
+  }
+}
+
 }  // namespace
 
 // async_wait of every handler kind, re-arm, cancel, cancel_one, per-operation
@@ -472,53 +499,34 @@ BOOST_AUTO_TEST_CASE(cancel_after_socket_read) {
       (void)twheel::stats(ctx);
       read_watchdog watchdog(ctx,
                              {&silent.server, &talking.server, &outer.server, &inner.server});
-      int id1 = -1, id2 = -1, id3 = -1, id4 = -1;
       {
         fault_scope armed(n);
-        auto pending = twheel::stats(ctx).pending;
-        id1 = l.take();
-        l.accepted[id1] = initiate([&] {
+        const int id1 = start_op(ctx, l, [&](int id) {
           silent.server.async_read_some(asio::buffer(buf1),
-                                        twheel::cancel_after(1ms, small_handler(l, id1)));
+                                        twheel::cancel_after(1ms, small_handler(l, id)));
         });
-        if (!l.accepted[id1]) FI_CHECK(twheel::stats(ctx).pending == pending);
-        pending = twheel::stats(ctx).pending;
-        id2 = l.take();
-        l.accepted[id2] = initiate([&] {
+        const int id2 = start_op(ctx, l, [&](int id) {
           talking.server.async_read_some(asio::buffer(buf2),
-                                         twheel::cancel_after(1h, big_handler(l, id2)));
+                                         twheel::cancel_after(1h, big_handler(l, id)));
         });
-        if (!l.accepted[id2]) FI_CHECK(twheel::stats(ctx).pending == pending);
-        pending = twheel::stats(ctx).pending;
-        id3 = l.take();
-        l.accepted[id3] = initiate([&] {
+        const int id3 = start_op(ctx, l, [&](int id) {
           outer.server.async_read_some(
               asio::buffer(buf3),
               asio::bind_cancellation_slot(outer_signal.slot(),
-                                           twheel::cancel_after(1ms, small_handler(l, id3))));
+                                           twheel::cancel_after(1ms, small_handler(l, id))));
         });
-        if (!l.accepted[id3]) FI_CHECK(twheel::stats(ctx).pending == pending);
-        pending = twheel::stats(ctx).pending;
-        id4 = l.take();
-        l.accepted[id4] = initiate([&] {
+        const int id4 = start_op(ctx, l, [&](int id) {
           inner.server.async_read_some(
               asio::buffer(buf4),
               twheel::cancel_after(
-                  1ms, asio::bind_cancellation_slot(inner_signal.slot(), small_handler(l, id4))));
+                  1ms, asio::bind_cancellation_slot(inner_signal.slot(), small_handler(l, id))));
         });
-        if (!l.accepted[id4]) FI_CHECK(twheel::stats(ctx).pending == pending);
         {
           pause_faults p;  // the peer's write is not under test
           asio::write(talking.client, asio::buffer("x", 1));
         }
-        // Until both reads ended (or were refused): the silent one by its timeout.
-        while (l.state[id1] == alive || l.state[id2] == alive || l.state[id3] == alive ||
-               l.state[id4] == alive) {
-          try {
-            if (ctx.run_one() == 0) break;
-          } catch (const std::bad_alloc&) {
-          }
-        }
+        // Until every read ended (or was refused): the silent ones by their timeouts.
+        run_until_resolved(ctx, l, {id1, id2, id3, id4});
         armed.disarm();
       }
       watchdog.finish();
@@ -545,18 +553,12 @@ BOOST_AUTO_TEST_CASE(cancel_after_on_a_strand) {
       int id = -1;
       {
         fault_scope armed(n);
-        id = l.take();
-        l.accepted[id] = initiate([&] {
+        id = start_op(ctx, l, [&](int i) {
           silent.server.async_read_some(
               asio::buffer(buf),
-              twheel::cancel_after(1ms, asio::bind_executor(strand, small_handler(l, id))));
+              twheel::cancel_after(1ms, asio::bind_executor(strand, small_handler(l, i))));
         });
-        while (l.state[id] == alive) {
-          try {
-            if (ctx.run_one() == 0) break;
-          } catch (const std::bad_alloc&) {
-          }
-        }
+        run_until_resolved(ctx, l, {id});
         armed.disarm();
       }
       FI_CHECK(l.state[id] != alive);
