@@ -147,7 +147,7 @@ class connection : public std::enable_shared_from_this<connection> {
   twheel::idle_timer idle_;
   server& server_;
   tcp::endpoint peer_;
-  clock_type::time_point last_read_ = clock_type::now();  // for the lateness report
+  clock_type::time_point last_read_{};  // for the lateness report: set by start(), reads
   bool closed_ = false;
   std::array<char, 4096> buffer_{};
 };
