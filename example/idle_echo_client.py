@@ -42,13 +42,14 @@ MAX_REPORTED = 20  # violations printed one by one; the rest are only counted
 
 
 class Conn:
-    __slots__ = ("index", "sock", "talker", "last_send", "last_sent", "sent", "received",
-                 "closed_at", "idle_at_close", "late_by")
+    __slots__ = ("index", "sock", "talker", "prev_send", "last_send", "last_sent", "sent",
+                 "received", "closed_at", "idle_at_close", "late_by")
 
     def __init__(self, index, sock, talker, now):
         self.index = index
         self.sock = sock
         self.talker = talker
+        self.prev_send = now  # the start of the idle period before the current one
         self.last_send = now  # the start of the current idle period, client side
         self.last_sent = now  # when that connect or send returned
         self.sent = bytearray()
@@ -102,7 +103,14 @@ def run(args, port):
         open_count -= 1
         if not c.talker:
             silent_open -= 1
-        if c.idle_at_close < period:
+        if c.idle_at_close < period and c.talker and now - c.prev_send >= period:
+            # The client fell a whole timeout behind between its last two sends (a stalled
+            # machine): the server may have closed before the last send arrived, and the
+            # client only saw it after sending. Not the server's fault: run again.
+            check.fail(f"talker {c.index} closed {c.idle_at_close * 1000:.1f} ms after its "
+                       f"last send, but {(now - c.prev_send) * 1000:.1f} ms after the one "
+                       f"before: the client stalled", late=True)
+        elif c.idle_at_close < period:
             check.fail(f"connection {c.index} closed after {c.idle_at_close * 1000:.1f} ms "
                        f"idle, before the {args.idle_timeout_ms} ms timeout")
         if c.talker and talking and c.idle_at_close >= period:
@@ -138,6 +146,7 @@ def run(args, port):
             close(c, time.monotonic(), True)  # the server closed it: a violation
             return
         c.sent += line
+        c.prev_send = c.last_send
         c.last_send = sending_at
         c.last_sent = time.monotonic()
 
