@@ -81,7 +81,7 @@ void timing_wheel::unlink(wheel_entry& entry) noexcept {
 void timing_wheel::file(wheel_entry& entry) noexcept {
   const std::uint64_t deadline = entry.deadline_;
   if (deadline <= elapsed_) {
-    due_.push_back(entry);
+    overdue_.push_back(entry);
     entry.where_ = detail::where_due;
     return;
   }
@@ -125,7 +125,8 @@ void timing_wheel::reschedule(wheel_entry& entry, duration deadline) noexcept {
 bool timing_wheel::remove(wheel_entry& entry) noexcept {
   const std::uint16_t where = entry.where_;
   if (where == detail::where_idle) return false;
-  // The entry may sit in its slot, in due_ (its slot was taken) or in a caller's list;
+  // The entry may sit in its slot, in overdue_ or taken_ (its slot came due) or in a
+  // caller's list;
   // unlinking a node of a circular list does not need to know which.
   unlink(entry);
   entry.where_ = detail::where_idle;
@@ -169,8 +170,47 @@ std::optional<timing_wheel::slot_ref> timing_wheel::next_slot() const noexcept {
   return std::nullopt;
 }
 
+bool timing_wheel::has_due() const noexcept {
+  if (!overdue_.empty()) return true;
+  for (unsigned mask = taken_mask_; mask != 0; mask &= mask - 1) {
+    if (!taken_[detail::ctz64(mask)].empty()) return true;
+  }
+  return false;
+}
+
+wheel_entry* timing_wheel::pop_due() noexcept {
+  if (!overdue_.empty()) {
+    wheel_entry& entry = overdue_.front();
+    overdue_.pop_front();
+    return &entry;
+  }
+  while (taken_mask_ != 0) {
+    // The first lane at or after next_lane_ (wrapping) that may hold entries.
+    const std::uint64_t twice = taken_mask_ | (std::uint64_t{taken_mask_} << detail::lanes_per_slot);
+    const unsigned lane =
+        (next_lane_ + detail::ctz64(twice >> next_lane_)) & static_cast<unsigned>(detail::lane_mask);
+    auto& list = taken_[lane];
+    if (list.empty()) {  // emptied by remove()
+      taken_mask_ &= ~(1u << lane);
+      continue;
+    }
+    wheel_entry& entry = list.front();
+    list.pop_front();
+    if (list.empty()) {
+      taken_mask_ &= ~(1u << lane);
+    } else {
+      // Its line is needed when this lane's turn comes again: start loading it now, while
+      // the other lanes are examined.
+      __builtin_prefetch(&list.front());
+    }
+    next_lane_ = (lane + 1) & static_cast<unsigned>(detail::lane_mask);
+    return &entry;
+  }
+  return nullptr;
+}
+
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
-  if (!due_.empty()) return from_tick(elapsed_);
+  if (has_due()) return from_tick(elapsed_);
   const auto slot = next_slot();
   if (!slot) return std::nullopt;
   // A coarse slot need not be cascaded before its earliest deadline: nothing in it can be
@@ -188,7 +228,7 @@ bool timing_wheel::take_next_slot(std::uint64_t target) noexcept {
   const auto slot = next_slot();
   if (!slot || slot->start > target) return false;
   elapsed_ = slot->start;
-  wheel_[slot->level].take(slot->slot, due_);
+  taken_mask_ |= wheel_[slot->level].take(slot->slot, taken_);
   return true;
 }
 
@@ -199,15 +239,15 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
   std::size_t examined = 0;
   std::size_t detached = 0;
   while (examined < max_entries) {
-    if (due_.empty()) {
+    wheel_entry* const next = pop_due();
+    if (next == nullptr) {
       if (!take_next_slot(target)) {
         elapsed_ = target;
         break;
       }
       continue;
     }
-    wheel_entry& entry = due_.front();
-    due_.pop_front();
+    wheel_entry& entry = *next;
     ++examined;
     // Compare with the slot's start, not with target: entries due later than this slot
     // are re-filed so that a late advance still hands them out in deadline order.
@@ -228,11 +268,13 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
 
 std::size_t timing_wheel::detach_all(wheel_entry_list& out) noexcept {
   detail::slot_list<wheel_entry> all;
-  all.splice(all.end(), due_);
+  all.splice(all.end(), overdue_);
   for (unsigned level = 0; level < levels_; ++level) {
     auto& lv = wheel_[level];
-    for (unsigned slot = 0; slot < detail::slots_per_level; ++slot) lv.take(slot, all);
+    for (unsigned slot = 0; slot < detail::slots_per_level; ++slot) lv.take(slot, taken_);
   }
+  for (auto& lane : taken_) all.splice(all.end(), lane);
+  taken_mask_ = 0;
   std::size_t count = 0;
   for (auto& e : all) {
     e.where_ = detail::where_detached;

@@ -653,8 +653,10 @@ void run_model(const run_config& c) {
   BOOST_TEST(s.parked_inserts > 100u);
   BOOST_TEST(s.held_ops > 1000u);
   BOOST_TEST(s.backwards > 100u);
-  BOOST_TEST(s.max_pending > c.pool / 2);  // crowded at times
-  BOOST_TEST(s.max_batch > 500u);
+  // Crowded at times (the fixed seed's runs reach about half the pool and batches of about
+  // 500: the margins leave room for a change of detaching order to move the walk).
+  BOOST_TEST(s.max_pending > c.pool * 2 / 5);
+  BOOST_TEST(s.max_batch > 400u);
   BOOST_TEST(m.wheel().counters().cascaded > c.steps / 10);
 }
 

@@ -28,6 +28,10 @@
 // their stored deadline whenever a slot is processed, so lazy and parked entries are
 // never reported early.
 //
+// A slot is 8 lists ("lanes", by deadline tick modulo 8) rather than one, and a slot that
+// comes due is examined a lane at a time in turn, so that walking a crowded slot is 8
+// independent chains of cache misses rather than one (see wheel_level.hpp).
+//
 // Entries are intrusive (Boost.Intrusive list hooks): insert and remove never allocate.
 // The wheel is not thread-safe; its owner locks.
 #ifndef TWHEEL_TIMING_WHEEL_HPP
@@ -259,9 +263,13 @@ class timing_wheel {
   std::uint64_t divide_by_tick(std::uint64_t n) const noexcept;
   void file(wheel_entry& entry) noexcept;
   static void unlink(wheel_entry& entry) noexcept;
-  // Moves the earliest slot starting at or before `target` into due_ and makes its start
+  // Moves the earliest slot starting at or before `target` into taken_ and makes its start
   // the current tick. False if there is none.
   bool take_next_slot(std::uint64_t target) noexcept;
+  // The next entry to examine, unlinked: overdue ones first, then the taken slot's lanes
+  // in turn (so that their cache misses overlap). Null when both are empty.
+  wheel_entry* pop_due() noexcept;
+  bool has_due() const noexcept;
   struct slot_ref {
     unsigned level;
     unsigned slot;
@@ -275,7 +283,10 @@ class timing_wheel {
   std::uint64_t elapsed_;     // current tick: every filed slot starts after it
   std::size_t size_ = 0;
   std::unique_ptr<detail::wheel_level<wheel_entry>[]> wheel_;
-  slot_list due_;             // entries whose slot came due, not yet examined
+  slot_list overdue_;         // entries filed with a deadline already due, in filing order
+  detail::slot_lanes<wheel_entry> taken_;  // the lanes of the slot that came due, not yet examined
+  unsigned taken_mask_ = 0;   // lanes of taken_ that may hold entries (remove() may empty one)
+  unsigned next_lane_ = 0;    // the lane pop_due() looks at first
   wheel_counters counters_;
 };
 

@@ -1,4 +1,5 @@
-// twheel/detail/wheel_level.hpp: one level of the wheel, 64 slots and their bitmap.
+// twheel/detail/wheel_level.hpp: one level of the wheel, 64 slots of 8 lanes, and their
+// bitmap.
 #ifndef TWHEEL_DETAIL_WHEEL_LEVEL_HPP
 #define TWHEEL_DETAIL_WHEEL_LEVEL_HPP
 
@@ -14,6 +15,19 @@ inline constexpr unsigned slot_bits = 6;
 inline constexpr unsigned slots_per_level = 1u << slot_bits;  // 64: one bitmap word
 inline constexpr std::uint64_t slot_mask = slots_per_level - 1;
 
+// A slot is 8 lists ("lanes"), an entry's lane being its deadline tick modulo 8. Walking a
+// crowded slot is then 8 independent chains of pointers instead of one, so the cache
+// misses of a cascade overlap (at 1,000,000 timers, the walk of one list was 95% stalled
+// on the next entry's line). Entries of one deadline tick share a lane, so they keep
+// their filing order.
+inline constexpr unsigned lane_bits = 3;
+inline constexpr unsigned lanes_per_slot = 1u << lane_bits;
+inline constexpr std::uint64_t lane_mask = lanes_per_slot - 1;
+
+inline unsigned lane_of(std::uint64_t deadline_tick) noexcept {
+  return static_cast<unsigned>(deadline_tick & lane_mask);
+}
+
 // Where an entry is: a slot index (level * 64 + slot) or one of these.
 inline constexpr std::uint16_t where_due = 0xFFFD;       // in the wheel's due list
 inline constexpr std::uint16_t where_detached = 0xFFFE;  // in a caller's list
@@ -22,6 +36,9 @@ inline constexpr std::uint16_t where_idle = 0xFFFF;      // not linked anywhere
 template <class Entry>
 using slot_list =
     boost::intrusive::list<Entry, boost::intrusive::constant_time_size<false>>;
+
+template <class Entry>
+using slot_lanes = std::array<slot_list<Entry>, lanes_per_slot>;
 
 inline std::uint64_t rotr64(std::uint64_t v, unsigned n) noexcept {
   n &= 63;
@@ -43,24 +60,39 @@ class wheel_level {
 
   // `deadline`: the entry's deadline tick, kept as the slot's earliest if it is.
   void push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
-    slots_[slot].push_back(e);
+    slots_[slot][lane_of(deadline)].push_back(e);
     occupied_ |= std::uint64_t{1} << slot;
     if (deadline < earliest_[slot]) earliest_[slot] = deadline;
   }
 
   // Call after an entry of `slot` was unlinked without the list: keeps the bit honest.
   void after_unlink(unsigned slot) noexcept {
-    if (slots_[slot].empty()) {
+    if (all_empty(slots_[slot])) {
       occupied_ &= ~(std::uint64_t{1} << slot);
       earliest_[slot] = none;
     }
   }
 
-  // Moves all entries of `slot` to the back of `into` and marks the slot empty.
-  void take(unsigned slot, slot_list<Entry>& into) noexcept {
-    into.splice(into.end(), slots_[slot]);
+  // Moves the entries of each lane of `slot` to the back of the same lane of `into`,
+  // marks the slot empty and returns the lanes that had entries, one bit each.
+  unsigned take(unsigned slot, slot_lanes<Entry>& into) noexcept {
+    unsigned taken = 0;
+    for (unsigned lane = 0; lane < lanes_per_slot; ++lane) {
+      auto& from = slots_[slot][lane];
+      if (from.empty()) continue;
+      into[lane].splice(into[lane].end(), from);
+      taken |= 1u << lane;
+    }
     occupied_ &= ~(std::uint64_t{1} << slot);
     earliest_[slot] = none;
+    return taken;
+  }
+
+  static bool all_empty(const slot_lanes<Entry>& lanes) noexcept {
+    for (const auto& lane : lanes) {
+      if (!lane.empty()) return false;
+    }
+    return true;
   }
 
   bool empty() const noexcept { return occupied_ == 0; }
@@ -81,7 +113,7 @@ class wheel_level {
   static constexpr std::uint64_t none = std::numeric_limits<std::uint64_t>::max();
 
   std::uint64_t occupied_ = 0;
-  std::array<slot_list<Entry>, slots_per_level> slots_;
+  std::array<slot_lanes<Entry>, slots_per_level> slots_;
   std::array<std::uint64_t, slots_per_level> earliest_;
 };
 
