@@ -12,7 +12,9 @@
 //               [--write-timeout-ms W] [--address A]
 //
 // Every target answers "ok\n", except /bytes/<n>, which answers n bytes. Prints
-// "listening on <port>" once it accepts, and a summary when SIGINT or SIGTERM stops it.
+// "listening on <port>" once it accepts and, when SIGINT or SIGTERM stops it, the lateness
+// of its idle closes as it saw them (the close minus (a clock read made just before the
+// idle wait's expires_after() + T): never early unless the close was) and a summary.
 // Built with TWHEEL_HTTP_SERVER_BEAST_STREAM defined (the target http_server_beast) it is
 // the same server on boost::beast::tcp_stream, for comparison.
 #ifdef TWHEEL_HTTP_SERVER_BEAST_STREAM
@@ -29,6 +31,8 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include "percentiles.hpp"
+
 #include <sys/resource.h>
 
 #include <atomic>
@@ -38,6 +42,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -147,6 +152,8 @@ struct counters {
   std::atomic<std::uint64_t> closed_write{0};
   std::atomic<std::uint64_t> closed_by_peer{0};
   std::atomic<std::uint64_t> closed_other{0};
+  std::mutex late_mutex;                   // sessions close on several threads
+  std::vector<double> idle_close_late_ms;  // per idle close: close - (idle start + T)
 };
 
 // One connection. Its handlers run on its strand (the stream's executor), so the session
@@ -164,6 +171,7 @@ class session : public std::enable_shared_from_this<session> {
   // Idle: wait for the first byte of the next request (unless pipelined bytes are here).
   void wait_request() {
     if (buffer_.size() > 0) return read_request();
+    idle_since_ = std::chrono::steady_clock::now();  // no later than the stream's own read
     stream_.expires_after(opts_.idle_timeout);
     stream_.async_read_some(buffer_.prepare(read_chunk),
                             [self = shared_from_this()](error_code ec, std::size_t n) {
@@ -172,6 +180,7 @@ class session : public std::enable_shared_from_this<session> {
   }
 
   void on_first_bytes(error_code ec, std::size_t n) {
+    if (ec == beast::error::timeout) record_idle_close();
     if (ec) return fail(ec, stats_.closed_idle);
     buffer_.commit(n);
     read_request();
@@ -231,6 +240,15 @@ class session : public std::enable_shared_from_this<session> {
     stream_.close();
   }
 
+  void record_idle_close() {
+    const std::chrono::duration<double, std::milli> idle =
+        std::chrono::steady_clock::now() - idle_since_;
+    const std::chrono::duration<double, std::milli> timeout = opts_.idle_timeout;
+    const double late = (idle - timeout).count();
+    std::lock_guard<std::mutex> lock(stats_.late_mutex);
+    stats_.idle_close_late_ms.push_back(late);
+  }
+
   static std::string body_for(std::string_view target) {
     constexpr std::string_view prefix = "/bytes/";
     if (target.substr(0, prefix.size()) == prefix) {
@@ -249,6 +267,7 @@ class session : public std::enable_shared_from_this<session> {
   std::optional<http::response<http::string_body>> response_;
   const options& opts_;
   counters& stats_;
+  std::chrono::steady_clock::time_point idle_since_{};  // for the lateness report
 };
 
 class server {
@@ -260,7 +279,7 @@ class server {
         signals_(ctx, SIGINT, SIGTERM) {}
 
   unsigned short port() const { return acceptor_.local_endpoint().port(); }
-  const counters& stats() const { return stats_; }
+  counters& stats() { return stats_; }
 
   void start() {
     signals_.async_wait([this](error_code ec, int) {
@@ -326,7 +345,9 @@ int main(int argc, char** argv) {
   ctx.run();
   for (auto& t : threads) t.join();
 
-  const counters& s = srv->stats();
+  counters& s = srv->stats();
+  std::printf("idle-close lateness after the idle wait's start + T, server side: %s\n",
+              percentiles(s.idle_close_late_ms).c_str());
   auto n = [](const std::atomic<std::uint64_t>& c) {
     return static_cast<unsigned long long>(c.load());
   };

@@ -317,7 +317,9 @@ def run_timeouts(args):
             print("%-9s %4d closes, lateness ms: min %.3f p50 %.3f p99 %.3f max %.3f" % (
                 kind, len(values), min(values), percentile(values, 50),
                 percentile(values, 99), max(values)))
-    print("server: %s" % (out or "").strip().splitlines()[-1:] )
+    for line in (out or "").strip().splitlines():
+        if "server side:" in line or line.startswith("accepted "):
+            print("server: %s" % line)
     for v in violations[:MAX_REPORTED]:
         print("VIOLATION: " + v)
     if len(violations) > MAX_REPORTED:

@@ -14,6 +14,8 @@
 #include <twheel/idle_timer.hpp>
 #include <twheel/steady_timer.hpp>
 
+#include "percentiles.hpp"
+
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -117,19 +119,6 @@ struct counters {
   std::uint64_t closed_at_shutdown = 0;
   std::vector<double> idle_close_late_ms;  // per idle close: close - (last read + T)
 };
-
-// "min .. p50 .. p99 .. max .. ms (n=..)" of `values` (sorted here).
-std::string percentiles(std::vector<double> values) {
-  if (values.empty()) return "none";
-  std::sort(values.begin(), values.end());
-  auto at = [&](double p) {
-    return values[std::min(values.size() - 1, static_cast<std::size_t>(p / 100 * values.size()))];
-  };
-  char text[160];
-  std::snprintf(text, sizeof text, "min %.3f p50 %.3f p99 %.3f max %.3f ms (n=%zu)",
-                values.front(), at(50), at(99), values.back(), values.size());
-  return text;
-}
 
 class server;
 

@@ -13,7 +13,9 @@ scripts/bench_http.sh, which builds both servers and installs wrk.
   * idle-close lateness: 10,000 keep-alive connections left idle with a 2,000 ms idle
     timeout, opened 0.1 ms apart (--late-pace-ms, a list); lateness = the
     close seen by the client minus (its response's arrival + the timeout); early = closes
-    before request sent + timeout (must be 0).
+    before request sent + timeout (must be 0); and the server's own report of the same
+    closes (its close minus (its idle wait's start + the timeout)), which leaves out the
+    Python client's queueing.
 
 Medians of the repetitions (lateness too); prints a Markdown table (also written to --out).
 """
@@ -46,14 +48,16 @@ def start(server, cpu, idle_ms=600000):
 
 
 def stop(proc):
+    """Stops the server; returns the rest of its output (its reports)."""
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
+        out, _ = proc.communicate()
     if proc.returncode != 0:
         sys.exit("server exited with %s" % proc.returncode)
+    return out or ""
 
 
 def cpu_seconds(pid):
@@ -114,13 +118,19 @@ def lateness(server, conns, timeout_ms, pace_ms):
                           str(port), "--connections", str(conns), "--timeout-ms",
                           str(timeout_ms), "--pace-ms", str(pace_ms)],
                          capture_output=True, text=True, timeout=600).stdout
-    stop(proc)
+    server_out = stop(proc)
     m = re.search(r"closes (\d+) of (\d+); lateness ms: p50 ([-\d.]+) p99 ([-\d.]+) max "
                   r"([-\d.]+); early (\d+)", out)
     if not m:
         sys.exit("lateness run failed: %r" % out)
     closes, total, p50, p99, mx, early = m.groups()
-    return float(p50), float(p99), float(mx), int(early), int(closes), int(total)
+    # The server's own view: its close minus (its idle wait's start + T), no client in it.
+    s = re.search(r"server side: min [-\d.]+ p50 ([-\d.]+) p99 ([-\d.]+) max ([-\d.]+) ms",
+                  server_out)
+    if not s:
+        sys.exit("no server-side lateness from the server: %r" % server_out)
+    return (float(p50), float(p99), float(mx), int(early), int(closes), int(total),
+            float(s.group(1)), float(s.group(2)), float(s.group(3)))
 
 
 def main():
@@ -191,14 +201,18 @@ def main():
                 r = lateness(path, a.late_conns, a.late_timeout_ms, pace)
                 runs[name].append(r)
                 print("lateness pace %g ms rep %d %-6s p50 %.3f p99 %.3f max %.3f ms, early %d, "
-                      "closes %d of %d" % ((pace, rep, name) + r), flush=True)
-        late = {n: [statistics.median(r[i] for r in v) for i in range(3)] for n, v in runs.items()}
+                      "closes %d of %d; server side p50 %.3f p99 %.3f max %.3f ms"
+                      % ((pace, rep, name) + r), flush=True)
         for n, v in runs.items():
             early[n] += sum(r[3] for r in v)
-        for i, what in enumerate(("p50", "p99", "max")):
-            rows.append(("idle-close lateness %s ms (%d conns %g ms apart, %d ms)" % (
-                what, a.late_conns, pace, a.late_timeout_ms),
-                late["beast"][i], late["twheel"][i], None))
+        # Client side (indexes 0-2) and the server's own report (6-8).
+        for side, first in (("", 0), ("server-side ", 6)):
+            late = {n: [statistics.median(r[first + i] for r in v) for i in range(3)]
+                    for n, v in runs.items()}
+            for i, what in enumerate(("p50", "p99", "max")):
+                rows.append(("idle-close lateness %s%s ms (%d conns %g ms apart, %d ms)" % (
+                    side, what, a.late_conns, pace, a.late_timeout_ms),
+                    late["beast"][i], late["twheel"][i], None))
     rows.append(("idle closes early (count, all runs)", early["beast"], early["twheel"], None))
 
     lines = ["| metric | beast::tcp_stream | twheel::beast::tcp_stream | "
