@@ -216,8 +216,9 @@ std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept
   // A coarse slot need not be cascaded before its earliest deadline: nothing in it can be
   // due sooner, and advance() cascades and detaches in one call, so the owner wakes once
   // instead of once to cascade and again to fire. Not for the top level, whose nearest
-  // slot may hold only parked entries while a later one holds earlier deadlines.
-  if (slot->level + 1 < levels_) {
+  // slot may hold only parked entries while a later one holds earlier deadlines, nor for
+  // a crowded slot, whose walk would delay its first due entries (see crowded_slot).
+  if (slot->level + 1 < levels_ && !wheel_[slot->level].crowded(slot->slot)) {
     const std::uint64_t earliest = wheel_[slot->level].earliest(slot->slot);
     if (earliest > slot->start) return from_tick(earliest);
   }

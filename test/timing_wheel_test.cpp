@@ -1198,6 +1198,41 @@ BOOST_AUTO_TEST_CASE(next_expiry_of_a_coarse_slot_is_its_earliest_deadline) {
   BOOST_TEST(h.advance_ids(250ms) == std::vector<int>{3});
 }
 
+// A crowded coarse slot is cascaded at its start, before its first entry is due, so that
+// walking it does not delay that entry; its entries then fire at their deadlines, in
+// deadline order, none early. Removing entries makes it sparse again.
+BOOST_AUTO_TEST_CASE(a_crowded_coarse_slot_is_cascaded_at_its_start) {
+  const std::size_t n = twheel::detail::crowded_slot;
+  auto items = make_items(n);
+  harness h;  // 1 ms tick: level 1 slots span 64 ms
+  for (std::size_t i = 0; i < n; ++i) {
+    h.insert(items[i], 100ms + ns(static_cast<std::int64_t>(i % 20) * 1'000'000));  // 100..119 ms
+  }
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(64ms).count());  // the slot's start, not 100 ms
+  BOOST_TEST(h.advance(64ms).empty());          // cascaded, nothing due
+  BOOST_TEST(h.wheel.counters().cascaded == n);
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(100ms).count());
+  BOOST_TEST(h.advance(100ms - ns(1)).empty());
+  std::size_t fired = 0;
+  for (int ms = 100; ms < 120; ++ms) fired += h.advance(std::chrono::milliseconds(ms)).size();
+  BOOST_TEST(fired == n);
+
+  // One fewer than crowded (after a removal): its earliest deadline again.
+  for (std::size_t i = 0; i < n; ++i) h.insert(items[i], 300ms);  // slot [256 ms, 320 ms)
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(256ms).count());
+  BOOST_TEST(h.remove(items[0]));
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(300ms).count());
+  BOOST_TEST(h.advance(300ms).size() == n - 1);
+}
+
 // The top level is a ring: its nearest slot may hold only a parked entry while a later
 // slot holds an earlier deadline, so there next_expiry() stays the slot's start.
 BOOST_AUTO_TEST_CASE(next_expiry_of_a_top_level_slot_is_its_start) {

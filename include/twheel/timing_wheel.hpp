@@ -214,11 +214,13 @@ class timing_wheel {
                       std::size_t max_entries = std::numeric_limits<std::size_t>::max());
 
   /// When to call advance() next: advance() with a `now` before it detaches nothing. It
-  /// is the start of the earliest non-empty slot or, for a slot below the top level, the
-  /// earliest deadline filed into it if that is later (so a coarse slot is cascaded by
-  /// the same advance() that detaches its first due entry). Never after the earliest
-  /// deadline. Entries may be re-filed then instead of detached (lazy, parked or coarse
-  /// entries), but never detached before their deadline. Empty when nothing is pending.
+  /// is the start of the earliest non-empty slot or, for a slot below the top level with
+  /// fewer than detail::crowded_slot entries, the earliest deadline filed into it if that
+  /// is later (so a sparse coarse slot is cascaded by the same advance() that detaches
+  /// its first due entry, and a crowded one before its first entry is due). Never after
+  /// the earliest deadline. Entries may be re-filed then instead of detached (lazy, parked
+  /// or coarse entries), but never detached before their deadline. Empty when nothing is
+  /// pending.
   /// A time at or before now() means "call advance() now". O(levels).
   std::optional<duration> next_expiry() const noexcept;
 
