@@ -11,6 +11,13 @@
 //                  including taking the detached entries out of the caller's list; the
 //                  detached entries are re-inserted an hour ahead outside the timed part so
 //                  that the number pending stays constant.
+//   cascade        (a separate table) N entries with deadlines uniform over [2.2 s, 3.2 s)
+//                  filed into a fresh wheel of 8 us ticks at time 0, which puts them all in
+//                  one level-3 slot; the one advance() that cascades that slot, per entry.
+//                  Filed in memory order (entry i, then i+1: the list walk is sequential in
+//                  memory, as in a benchmark that allocates its timers in a row) and in a
+//                  random order (as in a long-running server, where arming order and
+//                  addresses are unrelated).
 // Each figure is the median of `repetitions` timed runs (after one warm-up run). Prints a
 // table, then the same numbers as lines starting with "csv,".
 #include <twheel/timing_wheel.hpp>
@@ -22,6 +29,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -197,6 +205,33 @@ class bench {
   twheel::timing_wheel wheel_;  // after the entries: destroyed first
 };
 
+// ns per entry of the advance() that cascades one crowded level-3 slot (see the header).
+summary cascade(std::size_t n, bool random_order) {
+  std::vector<double> v;
+  std::vector<bench_entry> entries(n);
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(0xca5cade + n);
+  for (int rep = 0; rep < repetitions; ++rep) {
+    if (random_order) std::shuffle(order.begin(), order.end(), rng);
+    twheel::timing_wheel wheel(twheel::wheel_config{std::chrono::microseconds(8), 6});
+    for (std::size_t i : order) {
+      const auto offset = static_cast<std::int64_t>(rng() % 1'000'000'000);
+      wheel.insert(entries[i], ns(2'200'000'000 + offset));
+    }
+    twheel::wheel_entry_list out;
+    const auto at = *wheel.next_expiry();
+    const auto t0 = bench_clock::now();
+    wheel.advance(at, out);
+    v.push_back(seconds_since(t0) * 1e9 / static_cast<double>(n));
+    while (!out.empty()) wheel.remove(out.front());
+    twheel::wheel_entry_list all;
+    wheel.detach_all(all);
+    while (!all.empty()) wheel.remove(all.front());
+  }
+  return summarize(v);
+}
+
 }  // namespace
 
 int main() {
@@ -207,7 +242,6 @@ int main() {
     bench b(n, 0x5eed0000 + n);
     results.push_back(b.run());
   }
-  const double total = seconds_since(t0);
 
   std::printf("twheel::timing_wheel micro-benchmark: 1 ms tick, 6 levels, deadlines uniform "
               "over 1 h,\nentry size %zu bytes, median of %d runs (min..max in the csv lines)\n\n",
@@ -221,6 +255,16 @@ int main() {
                 r.insert_remove.median, r.refile.median, r.lazy.median, r.advance_step.median,
                 r.detached_per_s.median, r.entries_per_step);
   }
+  const std::vector<std::size_t> cascade_sizes = {100'000, 1'000'000};
+  std::vector<std::pair<summary, summary>> cascades;
+  for (std::size_t n : cascade_sizes) cascades.emplace_back(cascade(n, false), cascade(n, true));
+  std::printf("\ncascade of one crowded level-3 slot (8 us tick), ns per entry:\n");
+  std::printf("%10s  %14s  %14s\n", "entries", "memory order", "random order");
+  for (std::size_t i = 0; i < cascade_sizes.size(); ++i) {
+    std::printf("%10zu  %14.1f  %14.1f\n", cascade_sizes[i], cascades[i].first.median,
+                cascades[i].second.median);
+  }
+  const double total = seconds_since(t0);
   std::printf("\n(total %.1f s)\n\n", total);
   std::printf("csv,pending,metric,median,min,max,unit\n");
   for (const auto& r : results) {
@@ -233,6 +277,14 @@ int main() {
     line("lazy_reschedule_later", r.lazy, "ns/op");
     line("advance_one_tick", r.advance_step, "ns/step");
     line("detached_per_second", r.detached_per_s, "1/s");
+  }
+  for (std::size_t i = 0; i < cascade_sizes.size(); ++i) {
+    const auto line = [&](const char* metric, const summary& s) {
+      std::printf("csv,%zu,%s,%.2f,%.2f,%.2f,ns/entry\n", cascade_sizes[i], metric, s.median,
+                  s.min, s.max);
+    };
+    line("cascade_memory_order", cascades[i].first);
+    line("cascade_random_order", cascades[i].second);
   }
   return 0;
 }

@@ -178,37 +178,6 @@ bool timing_wheel::has_due() const noexcept {
   return false;
 }
 
-wheel_entry* timing_wheel::pop_due() noexcept {
-  if (!overdue_.empty()) {
-    wheel_entry& entry = overdue_.front();
-    overdue_.pop_front();
-    return &entry;
-  }
-  while (taken_mask_ != 0) {
-    // The first lane at or after next_lane_ (wrapping) that may hold entries.
-    const std::uint64_t twice = taken_mask_ | (std::uint64_t{taken_mask_} << detail::lanes_per_slot);
-    const unsigned lane =
-        (next_lane_ + detail::ctz64(twice >> next_lane_)) & static_cast<unsigned>(detail::lane_mask);
-    auto& list = taken_[lane];
-    if (list.empty()) {  // emptied by remove()
-      taken_mask_ &= ~(1u << lane);
-      continue;
-    }
-    wheel_entry& entry = list.front();
-    list.pop_front();
-    if (list.empty()) {
-      taken_mask_ &= ~(1u << lane);
-    } else {
-      // Its line is needed when this lane's turn comes again: start loading it now, while
-      // the other lanes are examined.
-      __builtin_prefetch(&list.front());
-    }
-    next_lane_ = (lane + 1) & static_cast<unsigned>(detail::lane_mask);
-    return &entry;
-  }
-  return nullptr;
-}
-
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
   if (has_due()) return from_tick(elapsed_);
   const auto slot = next_slot();
@@ -239,19 +208,10 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
   if (target < elapsed_) target = elapsed_;
   std::size_t examined = 0;
   std::size_t detached = 0;
-  while (examined < max_entries) {
-    wheel_entry* const next = pop_due();
-    if (next == nullptr) {
-      if (!take_next_slot(target)) {
-        elapsed_ = target;
-        break;
-      }
-      continue;
-    }
-    wheel_entry& entry = *next;
+  // Compare with the slot's start, not with target: entries due later than this slot are
+  // re-filed so that a late advance still hands them out in deadline order.
+  const auto examine = [&](wheel_entry& entry) {
     ++examined;
-    // Compare with the slot's start, not with target: entries due later than this slot
-    // are re-filed so that a late advance still hands them out in deadline order.
     if (entry.deadline_ <= elapsed_) {
       out.list_.push_back(entry);
       entry.where_ = detail::where_detached;
@@ -262,6 +222,36 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       entry.where_ = detail::where_idle;
       file(entry);
       ++counters_.cascaded;
+    }
+  };
+  while (examined < max_entries) {
+    if (!overdue_.empty()) {
+      wheel_entry& entry = overdue_.front();
+      overdue_.pop_front();
+      examine(entry);
+      continue;
+    }
+    if (taken_mask_ == 0) {
+      if (!take_next_slot(target)) {
+        elapsed_ = target;
+        break;
+      }
+      continue;
+    }
+    // One entry of each lane in turn, so that the lanes' cache misses overlap. Everything
+    // detached from one slot has the slot's start as its deadline tick, hence one lane:
+    // the turns keep its filing order.
+    for (unsigned lanes = taken_mask_; lanes != 0 && examined < max_entries; lanes &= lanes - 1) {
+      const unsigned lane = detail::ctz64(lanes);
+      auto& list = taken_[lane];
+      if (list.empty()) {  // emptied by remove()
+        taken_mask_ &= ~(1u << lane);
+        continue;
+      }
+      wheel_entry& entry = list.front();
+      list.pop_front();
+      if (list.empty()) taken_mask_ &= ~(1u << lane);
+      examine(entry);
     }
   }
   return detached;

@@ -654,9 +654,9 @@ void run_model(const run_config& c) {
   BOOST_TEST(s.held_ops > 1000u);
   BOOST_TEST(s.backwards > 100u);
   // Crowded at times (the fixed seed's runs reach about half the pool and batches of about
-  // 500: the margins leave room for a change of detaching order to move the walk).
+  // 400 to 500: the margins leave room for a change of detaching order to move the walk).
   BOOST_TEST(s.max_pending > c.pool * 2 / 5);
-  BOOST_TEST(s.max_batch > 400u);
+  BOOST_TEST(s.max_batch > 300u);
   BOOST_TEST(m.wheel().counters().cascaded > c.steps / 10);
 }
 

@@ -29,8 +29,8 @@
 // never reported early.
 //
 // A slot is 8 lists ("lanes", by deadline tick modulo 8) rather than one, and a slot that
-// comes due is examined a lane at a time in turn, so that walking a crowded slot is 8
-// independent chains of cache misses rather than one (see wheel_level.hpp).
+// comes due is examined one entry of each lane in turn, so that walking a crowded slot is
+// 8 independent chains of cache misses rather than one (see wheel_level.hpp).
 //
 // Entries are intrusive (Boost.Intrusive list hooks): insert and remove never allocate.
 // The wheel is not thread-safe; its owner locks.
@@ -268,9 +268,7 @@ class timing_wheel {
   // Moves the earliest slot starting at or before `target` into taken_ and makes its start
   // the current tick. False if there is none.
   bool take_next_slot(std::uint64_t target) noexcept;
-  // The next entry to examine, unlinked: overdue ones first, then the taken slot's lanes
-  // in turn (so that their cache misses overlap). Null when both are empty.
-  wheel_entry* pop_due() noexcept;
+  // True if overdue_ or taken_ holds an entry: advance() has work now.
   bool has_due() const noexcept;
   struct slot_ref {
     unsigned level;
@@ -288,7 +286,6 @@ class timing_wheel {
   slot_list overdue_;         // entries filed with a deadline already due, in filing order
   detail::slot_lanes<wheel_entry> taken_;  // the lanes of the slot that came due, not yet examined
   unsigned taken_mask_ = 0;   // lanes of taken_ that may hold entries (remove() may empty one)
-  unsigned next_lane_ = 0;    // the lane pop_due() looks at first
   wheel_counters counters_;
 };
 
