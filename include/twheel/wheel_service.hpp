@@ -4,10 +4,10 @@
 
 #include <twheel/detail/completion_queue.hpp>
 #include <twheel/detail/asio_scheduler.hpp>
-#include <twheel/detail/block_pool.hpp>
 #include <twheel/detail/op_queue.hpp>
 #include <twheel/detail/service_lock.hpp>
 #include <twheel/detail/timer_state.hpp>
+#include <twheel/detail/wheel_driver.hpp>
 #include <twheel/timing_wheel.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -211,7 +211,6 @@ class wheel_service : public boost::asio::execution_context::service {
  private:
   using lock_type = detail::service_lock;
   class record_runner;
-  class driver_handler;
 
   void shutdown() override;
 
@@ -235,6 +234,8 @@ class wheel_service : public boost::asio::execution_context::service {
   void file_op(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                detail::wait_op* op);
   void unfile_wait(detail::timer_state& timer) noexcept;
+  // Records how a wait ended and cuts its cancellation slot loose: a later emit is a no-op.
+  static void settle(detail::wait_op* op, detail::wait_result result) noexcept;
   void settle_box(detail::handler_box& box, detail::wait_result result, settled& out) noexcept;
   void settle_op(detail::wait_op* op, detail::wait_result result, settled& out) noexcept;
   std::size_t settle_waits(detail::timer_state& timer, std::size_t max,
@@ -242,7 +243,8 @@ class wheel_service : public boost::asio::execution_context::service {
   std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept;
   void hand_over(settled& batch) noexcept;
   void ensure_driver();
-  void arm_driver(std::chrono::nanoseconds at);
+  static void wake(void* self, std::uint64_t generation, bool from_timer,
+                   const boost::system::error_code& ec);
   void on_driver(std::uint64_t generation, bool from_timer, const boost::system::error_code& ec);
   bool refile_idle(detail::timer_state& timer, std::chrono::nanoseconds now) noexcept;
   void disarm_driver() noexcept;
@@ -260,12 +262,8 @@ class wheel_service : public boost::asio::execution_context::service {
   detail::scheduler_op_queue stranded_;        // records no executor took (out of memory)
   boost::asio::detail::scheduler* scheduler_ = nullptr;  // the context's, if it has one
   bool shut_down_ = false;
-  std::optional<boost::asio::steady_timer> driver_;
-  std::optional<std::chrono::nanoseconds> armed_at_;  // driver's deadline, if armed
-  bool timer_armed_ = false;                   // driver_ has a wait we still want
-  std::uint64_t generation_ = 0;               // bumped on every (re)arm and disarm
+  std::optional<detail::wheel_driver> driver_;  // made by the first attach
   wheel_stats stats_;
-  detail::block_pool posted_;                  // the memory of the driver's waits
 };
 
 }  // namespace twheel

@@ -1,0 +1,162 @@
+// twheel/wheel_service: how waits end. Settling them into records, handing the records to
+// the context, and the driver's pass over the due timers.
+#include <twheel/wheel_service.hpp>
+
+#include <twheel/detail/asio_scheduler.hpp>
+
+#include <boost/asio/post.hpp>
+
+#include <utility>
+
+namespace twheel {
+
+// Records how a wait ended and cuts its cancellation slot loose: a later emit is a no-op.
+void wheel_service::settle(detail::wait_op* op, detail::wait_result result) noexcept {
+  op->set_result(result);
+  if (detail::wait_canceller* c = op->canceller()) {
+    c->timer_ = nullptr;
+    c->service_.store(nullptr, std::memory_order_release);
+    op->set_canceller(nullptr);
+  }
+}
+
+// For a context without Asio's scheduler (not an io_context or a thread_pool): one posted
+// operation per settled wait, which runs its record or, destroyed unrun, destroys it.
+class wheel_service::record_runner {
+ public:
+  explicit record_runner(detail::completion* c) noexcept : record_(c) {}
+  record_runner(record_runner&& other) noexcept : record_(std::exchange(other.record_, nullptr)) {}
+  record_runner& operator=(record_runner&&) = delete;
+  ~record_runner() {
+    if (record_) record_->destroy();
+  }
+  void operator()() { std::exchange(record_, nullptr)->run(); }
+
+ private:
+  detail::completion* record_;
+};
+
+void wheel_service::settle_box(detail::handler_box& box, detail::wait_result result,
+                               settled& out) noexcept {
+  detail::completion& c = records_.emplace();
+  c.box.take(box);
+  c.set_result(result);
+  out.ops.push(&c);
+  ++out.count;
+}
+
+void wheel_service::settle_op(detail::wait_op* op, detail::wait_result result,
+                              settled& out) noexcept {
+  settle(op, result);
+  detail::completion& c = records_.emplace();
+  c.box.emplace_op(op);
+  c.set_result(result);
+  out.ops.push(&c);
+  ++out.count;
+}
+
+// Moves up to `max` waits of `timer`, oldest first, into records. Uses up their
+// reservations; never allocates.
+std::size_t wheel_service::settle_waits(detail::timer_state& timer, std::size_t max,
+                                        detail::wait_result result, settled& out) noexcept {
+  std::size_t count = 0;
+  if (max != 0 && !timer.box.empty()) {
+    settle_box(timer.box, result, out);
+    ++count;
+  }
+  for (; count < max && !timer.waits.empty(); ++count) {
+    settle_op(timer.waits.pop(), result, out);
+  }
+  return count;
+}
+
+std::size_t wheel_service::abort_waits(detail::timer_state& timer, std::size_t max) noexcept {
+  settled aborted;
+  const std::size_t count = settle_waits(timer, max, detail::wait_result::aborted, aborted);
+  if (count != 0) {
+    stats_.pending -= count;
+    stats_.cancelled += count;
+    hand_over(aborted);
+    // No wait left: nothing may keep run() from returning.
+    if (stats_.pending == 0) disarm_driver();
+  }
+  return count;
+}
+
+// Gives settled waits to the context, each one operation. Called under the lock, so that
+// run() cannot see the context out of work between settling and handing over. Asio's
+// scheduler counts the batch's work with one atomic add and queues it under one lock.
+void wheel_service::hand_over(settled& batch) noexcept {
+  if (batch.count == 0) return;
+  if (scheduler_) {
+    scheduler_->post_immediate_completions(batch.count, batch.ops, false);
+    batch.count = 0;
+    return;
+  }
+  stranded_.push(batch.ops);
+  batch.count = 0;
+  while (auto* op = stranded_.front()) {
+    try {
+      boost::asio::post(executor_, record_runner(static_cast<detail::completion*>(op)));
+    } catch (...) {
+      // Out of memory: the rest stay here until the next hand-over.
+      return;
+    }
+    stranded_.pop();
+  }
+}
+
+void wheel_service::ensure_driver() {
+  if (auto next = wheel_.next_expiry()) driver_->ensure(*next, wheel_.now());
+}
+
+void wheel_service::disarm_driver() noexcept {
+  if (driver_) driver_->disarm();
+}
+
+void wheel_service::wake(void* self, std::uint64_t generation, bool from_timer,
+                         const boost::system::error_code& ec) {
+  static_cast<wheel_service*>(self)->on_driver(generation, from_timer, ec);
+}
+
+// A driver pass: detaches the due timers and settles their waits; the first handler runs
+// as this operation's own (so that a pass is one operation of the context with one
+// handler, as an expiring Asio timer is), the others go to the context.
+void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
+                              const boost::system::error_code& ec) {
+  detail::completion* first = nullptr;
+  {
+    lock_type lock(mutex_);
+    if (shut_down_ || !driver_->accept(generation, from_timer, ec)) return;
+    ++stats_.wakeups;
+    wheel_entry_list due;
+    const std::chrono::nanoseconds now = wheel_time(clock_type::now());
+    wheel_.advance(now, due, options_.max_per_pass);
+    settled fired;
+    while (!due.empty()) {
+      auto& timer = static_cast<detail::timer_state&>(due.pop_front());
+      // An idle timer touched since it was filed: re-filed at its last touch + period.
+      if (timer.idle && refile_idle(timer, now)) continue;
+      const std::size_t count =
+          settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
+      stats_.pending -= count;
+      stats_.fired += count;
+    }
+    if (fired.count != 0) {
+      first = static_cast<detail::completion*>(fired.ops.front());
+      fired.ops.pop();
+      --fired.count;
+      hand_over(fired);
+    }
+    // Its own block went back to the driver's pool before this ran: ensure() finds it.
+    if (stats_.pending != 0) ensure_driver();
+  }
+  if (first) first->run();
+}
+
+bool wheel_service::refile_idle(detail::timer_state& timer, std::chrono::nanoseconds now) noexcept {
+  return detail::refile_if_touched(wheel_, static_cast<detail::idle_entry&>(timer), now,
+                                   [this](clock_type::time_point t) { return wheel_time(t); });
+}
+
+}  // namespace twheel

@@ -1,0 +1,102 @@
+// twheel/wheel_driver: arming, disarming and refusing stale wake-ups of a wheel.
+#include <twheel/detail/wheel_driver.hpp>
+
+#include <boost/asio/bind_allocator.hpp>
+#include <boost/asio/post.hpp>
+
+#include <utility>
+
+namespace twheel::detail {
+
+class wheel_driver::timer_handler {
+ public:
+  using allocator_type = pool_allocator<void>;
+  timer_handler(wheel_driver* d, std::uint64_t generation) noexcept
+      : driver_(d), generation_(generation) {}
+  allocator_type get_allocator() const noexcept { return allocator_type(driver_->posted_); }
+  void operator()(const boost::system::error_code& ec) {
+    driver_->pass_(driver_->owner_, generation_, true, ec);
+  }
+
+ private:
+  wheel_driver* driver_;
+  std::uint64_t generation_;
+};
+
+wheel_driver::wheel_driver(const boost::asio::any_io_executor& ex, clock_type::time_point origin,
+                           std::chrono::nanoseconds slack, pass_fn pass, void* owner)
+    : executor_(ex), origin_(origin), slack_(slack), pass_(pass), owner_(owner) {
+  timer_.emplace(executor_);
+}
+
+void wheel_driver::ensure(std::chrono::nanoseconds next, std::chrono::nanoseconds now) {
+  // A future slot may be served up to `slack` late, so that one wake-up takes whatever
+  // comes due meanwhile; a pass already due runs at once.
+  if (next > now) {
+    const auto room = std::chrono::nanoseconds::max() - next;
+    next += slack_ < room ? slack_ : room;
+  }
+  if (armed_at_ && *armed_at_ <= next) return;
+  arm(next, now);
+}
+
+void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now) {
+  // The memory of the wait or pass below, made before anything changes: once expires_at()
+  // has cancelled the armed wait, a failing allocation would leave the accepted waits
+  // with no driver (the fault-injection test found it). Both draw from posted_.
+  posted_.reserve(1);
+  if (at <= now) {
+    // Already due (or a bounded pass left work): run a pass after what is queued. A wait
+    // still pending on the internal timer would keep run() from returning: cancel it.
+    const std::uint64_t generation = generation_ + 1;
+    boost::asio::post(executor_,
+                      boost::asio::bind_allocator(pool_allocator<void>(posted_),
+                                                  [this, generation] {
+                                                    pass_(owner_, generation, false, {});
+                                                  }));
+    generation_ = generation;
+    armed_at_ = at;
+    if (timer_armed_) {
+      timer_armed_ = false;
+      timer_->cancel();
+    }
+    return;
+  }
+  const auto headroom = clock_type::time_point::max() - origin_;
+  // expires_at() cancels the wait we had; should async_wait() then throw, the driver is
+  // unarmed and says so, and the next ensure() arms it.
+  armed_at_.reset();
+  timer_armed_ = false;
+  timer_->expires_at(at >= headroom ? clock_type::time_point::max() : origin_ + at);
+  timer_->async_wait(timer_handler(this, generation_ + 1));
+  ++generation_;
+  armed_at_ = at;
+  timer_armed_ = true;
+}
+
+void wheel_driver::disarm() noexcept {
+  ++generation_;
+  armed_at_.reset();
+  if (timer_armed_) {
+    timer_armed_ = false;
+    timer_->cancel();
+  }
+}
+
+bool wheel_driver::accept(std::uint64_t generation, bool from_timer,
+                          const boost::system::error_code& ec) noexcept {
+  // A superseded arm or a disarm: a newer arm (if any) is still pending.
+  if (generation != generation_) return false;
+  armed_at_.reset();
+  if (from_timer) timer_armed_ = false;
+  return !ec;
+}
+
+void wheel_driver::release() noexcept {
+  ++generation_;
+  armed_at_.reset();
+  timer_armed_ = false;
+  timer_.reset();
+}
+
+}  // namespace twheel::detail

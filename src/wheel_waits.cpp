@@ -1,0 +1,178 @@
+// twheel/wheel_service: the fast path. Starting, re-arming and cancelling waits, each under
+// one acquisition of the wheel's lock.
+#include <twheel/wheel_service.hpp>
+
+namespace twheel {
+
+// Files the timer of a wait just accepted and makes sure the driver will wake for it.
+// Throws only if the driver cannot be armed (then the caller takes the wait back).
+void wheel_service::file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline) {
+  ++stats_.pending;
+  if (timer.is_pending()) {
+    wheel_.reschedule(timer, deadline);
+  } else {
+    wheel_.insert(timer, deadline);
+  }
+  ensure_driver();
+}
+
+// Undoes file_wait() for a wait that was not accepted after all.
+void wheel_service::unfile_wait(detail::timer_state& timer) noexcept {
+  --stats_.pending;
+  if (!timer.has_waits()) wheel_.remove(timer);
+  records_.unreserve();
+}
+
+// Queues `op` on its timer and files the timer; if that throws, takes the op back (and
+// cuts its cancellation slot loose) before rethrowing, so the caller still owns it.
+void wheel_service::file_op(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                            detail::wait_op* op) {
+  timer.waits.push(op);
+  try {
+    file_wait(timer, deadline);
+  } catch (...) {
+    timer.waits.erase(op);
+    op->set_canceller(nullptr);
+    unfile_wait(timer);
+    throw;
+  }
+}
+
+bool wheel_service::start_boxed_wait(detail::timer_state& timer,
+                                     std::chrono::nanoseconds deadline,
+                                     detail::handler_box& handler) {
+  lock_type lock(mutex_);
+  if (shut_down_) {
+    // Asio destroys operations started after shutdown without invoking them.
+    lock.unlock();
+    handler.complete(detail::wait_result::aborted, false);
+    return true;
+  }
+  if (timer.has_waits()) return false;
+  records_.reserve();
+  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
+    settled rejected;
+    settle_box(handler, detail::wait_result::no_buffer_space, rejected);
+    ++stats_.rejected;
+    hand_over(rejected);
+    return true;
+  }
+  timer.box.take(handler);
+  try {
+    file_wait(timer, deadline);
+  } catch (...) {
+    handler.take(timer.box);
+    unfile_wait(timer);
+    throw;
+  }
+  return true;
+}
+
+void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                               detail::wait_op* op, detail::wait_canceller* canceller) {
+  lock_type lock(mutex_);
+  if (shut_down_) {
+    // Asio destroys operations started after shutdown without invoking them.
+    op->set_canceller(canceller);
+    settle(op, detail::wait_result::aborted);
+    lock.unlock();
+    op->destroy();
+    return;
+  }
+  records_.reserve();
+  op->set_canceller(canceller);
+  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
+    settled rejected;
+    settle_op(op, detail::wait_result::no_buffer_space, rejected);
+    ++stats_.rejected;
+    hand_over(rejected);
+    return;
+  }
+  file_op(timer, deadline, op);
+}
+
+void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,
+                             detail::wait_op* op) {
+  lock_type lock(mutex_);
+  if (shut_down_) {
+    lock.unlock();
+    op->destroy();
+    return;
+  }
+  records_.reserve();
+  file_op(timer, deadline, op);
+}
+
+bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept {
+  lock_type lock(mutex_);
+  if (!timer.waits.erase(op)) return false;
+  --stats_.pending;
+  records_.unreserve();
+  if (timer.waits.empty()) wheel_.remove(timer);
+  if (stats_.pending == 0) disarm_driver();
+  return true;
+}
+
+std::size_t wheel_service::cancel(detail::timer_state& timer) {
+  lock_type lock(mutex_);
+  const std::size_t count = abort_waits(timer, static_cast<std::size_t>(-1));
+  // A timer with no waits leaves the wheel, so it cannot keep the driver busy.
+  wheel_.remove(timer);
+  return count;
+}
+
+std::size_t wheel_service::cancel_one(detail::timer_state& timer) {
+  lock_type lock(mutex_);
+  const std::size_t count = abort_waits(timer, 1);
+  if (!timer.has_waits()) wheel_.remove(timer);
+  return count;
+}
+
+std::size_t wheel_service::expires_at(detail::timer_state& timer,
+                                      clock_type::time_point deadline) {
+  lock_type lock(mutex_);
+  const std::size_t count = abort_waits(timer, static_cast<std::size_t>(-1));
+  // Later: only the deadline is stored and the entry is re-filed when its old slot comes
+  // due (the cheap path of re-arming timeouts). Earlier: re-filed now.
+  if (timer.is_pending()) wheel_.reschedule(timer, wheel_time(deadline));
+  return count;
+}
+
+void wheel_service::destroy(detail::timer_state& timer) noexcept {
+  lock_type lock(mutex_);
+  abort_waits(timer, static_cast<std::size_t>(-1));
+  wheel_.remove(timer);
+}
+
+void wheel_service::move(detail::timer_state& to, detail::timer_state& from) noexcept {
+  lock_type lock(mutex_);
+  wheel_.replace(from, to);
+  to.box.take(from.box);
+  to.waits.splice_back(from.waits);
+  to.waits.for_each([&to](detail::wait_op* op) {
+    if (detail::wait_canceller* c = op->canceller()) c->timer_ = &to;
+  });
+}
+
+void wheel_service::cancel_wait(detail::wait_canceller& canceller) noexcept {
+  lock_type lock(mutex_);
+  detail::timer_state* timer = canceller.timer_;
+  if (timer == nullptr || !timer->waits.erase(canceller.op_)) return;
+  settled aborted;
+  settle_op(canceller.op_, detail::wait_result::aborted, aborted);
+  --stats_.pending;
+  ++stats_.cancelled;
+  if (!timer->has_waits()) wheel_.remove(*timer);
+  hand_over(aborted);
+  if (stats_.pending == 0) disarm_driver();
+}
+
+void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept {
+  lock_type lock(mutex_);
+  if (canceller.timer_ == nullptr) return;  // settled meanwhile
+  canceller.op_->set_canceller(nullptr);
+  canceller.timer_ = nullptr;
+  canceller.service_.store(nullptr, std::memory_order_release);
+}
+
+}  // namespace twheel
