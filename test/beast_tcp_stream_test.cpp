@@ -21,16 +21,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdlib>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "support.hpp"
 
 // Counts every allocation of the process, for the "no allocation per operation" check.
 namespace {
@@ -65,41 +65,8 @@ const error_code timeout_ec = beast::error::timeout;
 const error_code aborted = asio::error::operation_aborted;
 const error_code not_done = asio::error::would_block;  // "the handler never ran"
 
-// ctx.run() with a watchdog that stops the context after `limit`: a broken stream fails
-// the case instead of hanging the suite. Returns false if the watchdog had to stop it.
-bool run_ctx(asio::io_context& ctx, std::chrono::nanoseconds limit = 10s) {
-  ctx.restart();
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  bool fired = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lk(m);
-    if (!cv.wait_for(lk, limit, [&] { return done; })) {
-      fired = true;
-      ctx.stop();
-    }
-  });
-  ctx.run();
-  {
-    std::lock_guard<std::mutex> lk(m);
-    done = true;
-  }
-  cv.notify_one();
-  watchdog.join();
-  return !fired;
-}
-
-template <class Pred>
-bool run_until(asio::io_context& ctx, Pred pred, std::chrono::nanoseconds limit = 10s) {
-  const auto deadline = wall::now() + limit;
-  while (!pred()) {
-    if (wall::now() >= deadline) return false;
-    if (ctx.stopped()) ctx.restart();
-    ctx.run_one_for(2ms);
-  }
-  return true;
-}
+using twheel_test::run_ctx;
+using twheel_test::run_until;
 
 // A connected pair over loopback: `client` is the stream under test, `peer` a plain socket.
 template <class Stream>
@@ -206,7 +173,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(types_and_construction, Stream, stream_types) {
     r.ec = ec;
     r.n = n;
   });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(!w.ec);
   BOOST_TEST(w.n == 4u);
   BOOST_TEST(std::string(buf.data(), 4) == msg);
@@ -224,7 +191,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(read_timeout_closes_the_socket, Stream, stream_typ
   const auto t0 = wall::now();
   p.client.expires_after(30ms);
   p.client.async_read_some(asio::buffer(buf), r.handler());
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.calls == 1);
   BOOST_TEST(r.ec == timeout_ec);
   BOOST_TEST(r.n == 0u);
@@ -245,7 +212,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(write_timeout_closes_the_socket, Stream, stream_ty
   const auto t0 = wall::now();
   p.client.expires_after(30ms);
   p.client.async_write_some(asio::buffer(chunk), w.handler());
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(w.calls == 1);
   BOOST_TEST(w.ec == timeout_ec);
   BOOST_TEST((w.at - t0 >= 30ms));
@@ -265,7 +232,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(pending_read_and_write_both_time_out, Stream, stre
   p.client.expires_after(40ms);
   p.client.async_read_some(asio::buffer(buf), r.handler());
   p.client.async_write_some(asio::buffer(chunk), w.handler());
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.calls == 1);
   BOOST_TEST(w.calls == 1);
   BOOST_TEST(r.ec == timeout_ec);
@@ -298,7 +265,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(operations_in_time_succeed, Stream, stream_types) 
     });
   };
   round();
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(rounds == 100);
   BOOST_TEST(p.client.socket().is_open());
 }
@@ -313,7 +280,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_passed_before_the_operation, Stream, stream
   std::array<char, 16> buf{};
   result r;
   p.client.async_read_some(asio::buffer(buf), r.handler());
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.calls == 1);
   // Beast decides this race by the order of ready completions; either way the expiry
   // is honoured and a timeout leaves the socket closed.
@@ -327,7 +294,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_passed_before_the_operation, Stream, stream
   if (p.client.socket().is_open()) {
     result r2;
     p.client.async_read_some(asio::buffer(buf), r2.handler());
-    BOOST_REQUIRE(run_ctx(ctx));
+    BOOST_REQUIRE(!run_ctx(ctx).timed_out);
     BOOST_TEST(r2.ec == timeout_ec);
   }
 }
@@ -347,7 +314,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_changed_mid_operation, Stream, stream_types
   p.client.expires_after(40ms);
   p.client.async_read_some(asio::buffer(buf), r.handler());
   p.client.expires_after(10s);  // too late for the pending read
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.ec == timeout_ec);
   BOOST_TEST((r.at - t0 >= 40ms));
   BOOST_TEST((r.at - t0 < 5s));
@@ -367,7 +334,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_set_during_an_untimed_read, Stream, stream_
   p.client.expires_after(20ms);  // applies to the write direction only
   asio::steady_timer later(ctx, 80ms);
   later.async_wait([&](error_code) { asio::write(p.peer, asio::buffer("late", 4)); });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(!r.ec);
   BOOST_TEST(r.n == 4u);
   BOOST_TEST(p.client.socket().is_open());
@@ -375,7 +342,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_set_during_an_untimed_read, Stream, stream_
   std::vector<char> chunk(1 << 16, 'y');
   p.client.async_read_some(asio::buffer(buf), r2.handler());
   p.client.async_write_some(asio::buffer(chunk), w.handler());
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(w.ec == timeout_ec);
   BOOST_TEST(r2.ec == aborted);
   BOOST_TEST(!p.client.socket().is_open());
@@ -391,7 +358,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expires_never_disables_the_timeout, Stream, stream
   p.client.async_read_some(asio::buffer(buf), r.handler());
   asio::steady_timer later(ctx, 60ms);
   later.async_wait([&](error_code) { asio::write(p.peer, asio::buffer("late", 4)); });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(!r.ec);
   BOOST_TEST(r.n == 4u);
   BOOST_TEST(p.client.socket().is_open());
@@ -405,7 +372,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expires_at_is_absolute, Stream, stream_types) {
   const auto deadline = wall::now() + 30ms;
   p.client.expires_at(deadline);
   p.client.async_read_some(asio::buffer(buf), r.handler());
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.ec == timeout_ec);
   BOOST_TEST((r.at >= deadline));
 }
@@ -422,7 +389,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cancel_aborts_and_keeps_the_socket, Stream, stream
   p.client.expires_after(30ms);
   p.client.async_read_some(asio::buffer(buf), r.handler());
   asio::post(ctx, [&] { p.client.cancel(); });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.calls == 1);
   BOOST_TEST(r.ec == aborted);
   BOOST_TEST(p.client.socket().is_open());
@@ -436,7 +403,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cancel_aborts_and_keeps_the_socket, Stream, stream
   p.client.expires_after(5s);
   p.client.async_read_some(asio::buffer(buf), r2.handler());
   asio::write(p.peer, asio::buffer("abc", 3));
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(!r2.ec);
   BOOST_TEST(r2.n == 3u);
 }
@@ -452,7 +419,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(close_aborts_pending_operations, Stream, stream_ty
   p.client.async_read_some(asio::buffer(buf), r.handler());
   p.client.async_write_some(asio::buffer(chunk), w.handler());
   asio::post(ctx, [&] { p.client.close(); });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.ec == aborted);
   BOOST_TEST(w.ec == aborted);
   BOOST_TEST(!p.client.socket().is_open());
@@ -471,7 +438,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(destroyed_with_operations_pending, Stream, stream_
   s->expires_after(20ms);
   s->async_read_some(asio::buffer(buf), r.handler());
   asio::post(ctx, [&] { s.reset(); });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.calls == 1);
   BOOST_TEST(r.ec == aborted);
 }
@@ -486,7 +453,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(per_operation_cancellation, Stream, stream_types) 
   p.client.expires_after(10s);
   p.client.async_read_some(asio::buffer(buf), asio::bind_cancellation_slot(sig.slot(), r.handler()));
   asio::post(ctx, [&] { sig.emit(asio::cancellation_type::terminal); });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.ec == aborted);
   BOOST_TEST(p.client.socket().is_open());
 }
@@ -513,7 +480,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_racing_completion, Stream, stream_types) {
       asio::write(p.peer, asio::buffer("race", 4));
       std::this_thread::sleep_for(10ms);  // both are ready when the context resumes
     });
-    BOOST_REQUIRE(run_ctx(ctx));
+    BOOST_REQUIRE(!run_ctx(ctx).timed_out);
     BOOST_REQUIRE(r.calls == 1);
     if (r.ec == timeout_ec) {
       ++timeouts;
@@ -531,7 +498,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(timeout_racing_completion, Stream, stream_types) {
       p.client.expires_after(5s);
       p.client.async_read_some(asio::buffer(buf), r2.handler());
       asio::write(p.peer, asio::buffer("next", 4));
-      BOOST_REQUIRE(run_ctx(ctx));
+      BOOST_REQUIRE(!run_ctx(ctx).timed_out);
       BOOST_TEST(!r2.ec);
     }
   }
@@ -649,7 +616,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(connect_forms, Stream, stream_types) {
   d.expires_never();
   d.async_connect(eps.begin(), eps.end(),
                   [&](error_code e, std::vector<tcp::endpoint>::const_iterator) { ed = e; });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(ea.has_value());
   BOOST_TEST(!ea.value_or(not_done));
   BOOST_TEST(!eb.value_or(not_done));
@@ -664,7 +631,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(connect_forms, Stream, stream_types) {
   e.async_connect(
       eps, [](const error_code&, const tcp::endpoint&) { return false; },
       [&](error_code x, tcp::endpoint) { ee = x; });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST((ee == error_code(asio::error::not_found)));
 }
 
@@ -693,7 +660,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(connect_timeout, Stream, stream_types) {
     got = e;
     at = wall::now();
   });
-  BOOST_REQUIRE(run_until(ctx, [&] { return got.has_value(); }));
+  BOOST_REQUIRE(run_until(ctx, [&] { return got.has_value(); }, 10s));
   BOOST_TEST((*got == timeout_ec));
   BOOST_TEST((at - t0 >= 100ms));
   BOOST_TEST(!s.socket().is_open());
@@ -713,7 +680,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(http_read_header_timeout, Stream, stream_types) {
   std::optional<error_code> got;
   p.client.expires_after(40ms);
   http::async_read(p.client, buffer, req, [&](error_code e, std::size_t) { got = e; });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST((got == timeout_ec));
 }
 
@@ -771,7 +738,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(http_keep_alive_with_coroutines_on_strands, Stream
                  [](std::exception_ptr e) { BOOST_TEST(!e); });
   // Two threads: the strands are what keeps each stream's operations apart.
   std::thread second([&] { ctx.run(); });
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   second.join();
   BOOST_TEST(seen == "012");
   BOOST_TEST((replies == std::vector<std::string>{"echo:0", "echo:1", "echo:2"}));
@@ -794,7 +761,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(websocket_handshake_with_timeout, Stream, stream_t
       got = e;
       at = wall::now();
     });
-    BOOST_REQUIRE(run_ctx(ctx));
+    BOOST_REQUIRE(!run_ctx(ctx).timed_out);
     BOOST_TEST((got == timeout_ec));
     BOOST_TEST((at - t0 >= 40ms));
   }
@@ -828,7 +795,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(websocket_handshake_with_timeout, Stream, stream_t
         });
       });
     });
-    BOOST_REQUIRE(run_ctx(ctx));
+    BOOST_REQUIRE(!run_ctx(ctx).timed_out);
     BOOST_TEST(!accepted.value_or(not_done));
     BOOST_TEST(!handshook.value_or(not_done));
     BOOST_TEST(!read_done.value_or(not_done));
@@ -857,7 +824,7 @@ BOOST_AUTO_TEST_CASE(twheel_one_wheel_entry_per_direction) {
   p.client.async_write_some(asio::buffer(chunk), w.handler());
   BOOST_TEST(twheel::stats(ctx).pending == 2u);
   p.client.close();
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST(r.ec == aborted);
   BOOST_TEST(w.ec == aborted);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
@@ -889,7 +856,7 @@ BOOST_AUTO_TEST_CASE(twheel_no_allocation_per_operation) {
   };
   target = 100;  // warm-up: caches and the wheel's slots
   round();
-  BOOST_REQUIRE(run_ctx(ctx));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   at_warm = g_allocations.load();
   target = 1100;
   round();

@@ -53,21 +53,20 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
-#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "support.hpp"
 
 namespace {
 
@@ -81,88 +80,20 @@ const error_code aborted = asio::error::operation_aborted;
 
 constexpr auto slack = 200ms;  // upper bounds only
 constexpr auto absurd = 1s;    // "not absurdly late"
+// The watchdog budget of one run() in this suite (tests that need more pass theirs).
+constexpr auto run_limit = 15s;
 
-template <class D>
-long long ms(D d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
+using twheel_test::alloc_counters;
+using twheel_test::counting_allocator;
+using twheel_test::loopback;
+using twheel_test::ms;
+using twheel_test::run_ctx;
+using twheel_test::run_until;
+using twheel_test::socket_pair;
 
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-struct run_result {
-  wall::duration elapsed{};
-  bool timed_out = false;
-};
-
-// ctx.run() with a watchdog that stops the context after `limit`, so that a broken
-// adapter fails the test instead of hanging the suite.
-run_result run_ctx(asio::io_context& ctx, wall::duration limit = 15s) {
-  ctx.restart();
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  bool fired = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lk(m);
-    if (!cv.wait_for(lk, limit, [&] { return done; })) {
-      fired = true;
-      ctx.stop();
-    }
-  });
-  run_result r;
-  const auto t0 = wall::now();
-  ctx.run();
-  r.elapsed = wall::now() - t0;
-  {
-    std::lock_guard<std::mutex> lk(m);
-    done = true;
-  }
-  cv.notify_one();
-  watchdog.join();
-  r.timed_out = fired;
-  return r;
-}
-
-// Runs handlers one at a time until pred() holds; false if it did not within `limit`.
-template <class Pred>
-bool run_until(asio::io_context& ctx, Pred pred, wall::duration limit = 5s) {
-  const auto deadline = wall::now() + limit;
-  while (!pred()) {
-    if (wall::now() >= deadline) return false;
-    if (ctx.stopped()) ctx.restart();
-    ctx.run_one_for(2ms);
-  }
-  return true;
-}
-
-// A connected TCP pair on 127.0.0.1: `server` is the accepted side.
-struct socket_pair {
-  tcp::socket server;
-  tcp::socket client;
-};
-
-// A listener on 127.0.0.1, ephemeral port; connect() makes pairs synchronously (the
-// kernel completes the handshake through the backlog before accept()).
-class loopback {
- public:
-  explicit loopback(asio::io_context& ctx)
-      : ctx_(ctx), acceptor_(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0)) {}
-
-  socket_pair connect() {
-    tcp::socket client(ctx_);
-    client.connect(acceptor_.local_endpoint());
-    tcp::socket server = acceptor_.accept();
-    return socket_pair{std::move(server), std::move(client)};
-  }
-
-  tcp::acceptor& acceptor() { return acceptor_; }
-
- private:
-  asio::io_context& ctx_;
-  tcp::acceptor acceptor_;
-};
 
 void write_byte(tcp::socket& s, char c = 'x') { asio::write(s, asio::buffer(&c, 1)); }
 
@@ -179,61 +110,6 @@ struct outcome {
       n = bytes;
       at = wall::now();
     };
-  }
-};
-
-// Counting allocator: twheel allocates the timeout's state (and Asio the socket
-// operation) through the handler's associated allocator, so `live` tells whether
-// everything was freed. Blocks still live when the arena goes away are parked in a
-// process-lifetime list (reachable, so LeakSanitizer stays quiet; the test that saw them
-// has already failed by name).
-struct arena {
-  std::mutex m;
-  std::set<void*> blocks;
-  std::atomic<long> live{0};
-  std::atomic<long> total{0};
-
-  ~arena() {
-    static std::vector<void*>* graveyard = new std::vector<void*>;
-    std::lock_guard<std::mutex> lk(m);
-    graveyard->insert(graveyard->end(), blocks.begin(), blocks.end());
-  }
-};
-
-template <class T>
-struct counting_allocator {
-  using value_type = T;
-  arena* a;
-
-  explicit counting_allocator(arena* ar) noexcept : a(ar) {}
-  template <class U>
-  counting_allocator(const counting_allocator<U>& other) noexcept : a(other.a) {}
-
-  T* allocate(std::size_t n) {
-    T* p = std::allocator<T>().allocate(n);
-    {
-      std::lock_guard<std::mutex> lk(a->m);
-      a->blocks.insert(p);
-    }
-    a->live.fetch_add(1);
-    a->total.fetch_add(1);
-    return p;
-  }
-  void deallocate(T* p, std::size_t n) noexcept {
-    {
-      std::lock_guard<std::mutex> lk(a->m);
-      a->blocks.erase(p);
-    }
-    a->live.fetch_sub(1);
-    std::allocator<T>().deallocate(p, n);
-  }
-  template <class U>
-  bool operator==(const counting_allocator<U>& o) const noexcept {
-    return a == o.a;
-  }
-  template <class U>
-  bool operator!=(const counting_allocator<U>& o) const noexcept {
-    return a != o.a;
   }
 };
 
@@ -368,7 +244,7 @@ BOOST_AUTO_TEST_CASE(read_from_silent_peer_times_out) {
   const auto t0 = wall::now();
   p.server.async_read_some(asio::buffer(buf), twheel::cancel_after(50ms, out.handler()));
   BOOST_TEST(twheel::stats(ctx).pending == 1u);
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
@@ -382,7 +258,7 @@ BOOST_AUTO_TEST_CASE(read_from_silent_peer_times_out) {
   write_byte(p.client, 'y');
   outcome again;
   p.server.async_read_some(asio::buffer(buf), twheel::cancel_after(5s, again.handler()));
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(!again.ec);
   BOOST_TEST(again.n == 1u);
   BOOST_TEST(buf[0] == 'y');
@@ -405,7 +281,7 @@ BOOST_AUTO_TEST_CASE(read_completing_first_leaves_nothing_pending) {
                              n = bytes;
                              pending_in_handler = twheel::stats(ctx).pending;
                            }));
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(calls == 1);
   BOOST_TEST(!got);
   BOOST_TEST(n == 1u);
@@ -429,7 +305,7 @@ BOOST_AUTO_TEST_CASE(read_completing_later_but_before_the_timeout) {
   p.server.async_read_some(asio::buffer(buf), twheel::cancel_after(10s, out.handler()));
   asio::steady_timer writer(ctx, 20ms);
   writer.async_wait([&](error_code) { write_byte(p.client, 'w'); });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(!out.ec);
   BOOST_TEST(out.n == 1u);
@@ -481,7 +357,7 @@ BOOST_AUTO_TEST_CASE(thousand_concurrent_reads_with_mixed_timeouts) {
     }
   }
   BOOST_TEST(twheel::stats(ctx).pending == n);
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST((r.elapsed < 3s), "run() took " << ms(r.elapsed) << " ms");  // not the 5 s
   BOOST_TEST((wall::now() - t0 < 4s));
@@ -531,7 +407,7 @@ BOOST_AUTO_TEST_CASE(slot_bound_outside_still_cancels) {
       asio::bind_cancellation_slot(signal.slot(), twheel::cancel_after(10s, out.handler())));
   asio::steady_timer emitter(ctx, 10ms);
   emitter.async_wait([&](error_code) { signal.emit(asio::cancellation_type::terminal); });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST((out.at - t0 >= 10ms));
@@ -540,7 +416,7 @@ BOOST_AUTO_TEST_CASE(slot_bound_outside_still_cancels) {
   // Emitting after completion is harmless: nothing runs, nothing is touched.
   signal.emit(asio::cancellation_type::terminal);
   signal.emit(asio::cancellation_type::partial);
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
@@ -580,14 +456,14 @@ BOOST_AUTO_TEST_CASE(slot_bound_inside_still_cancels) {
       twheel::cancel_after(10s, asio::bind_cancellation_slot(signal.slot(), out.handler())));
   asio::steady_timer emitter(ctx, 10ms);
   emitter.async_wait([&](error_code) { signal.emit(asio::cancellation_type::terminal); });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST((out.at - t0 >= 10ms));
   BOOST_TEST((out.at - t0 < absurd));
   BOOST_TEST((r.elapsed < absurd));
   signal.emit(asio::cancellation_type::terminal);
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
@@ -605,7 +481,7 @@ BOOST_AUTO_TEST_CASE(slot_released_after_completion_and_reusable) {
   p.server.async_read_some(
       asio::buffer(buf),
       twheel::cancel_after(10s, asio::bind_cancellation_slot(signal.slot(), first.handler())));
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(!first.ec);
   BOOST_TEST(!signal.slot().has_handler());
   signal.emit(asio::cancellation_type::terminal);  // harmless
@@ -616,7 +492,7 @@ BOOST_AUTO_TEST_CASE(slot_released_after_completion_and_reusable) {
       twheel::cancel_after(10s, asio::bind_cancellation_slot(signal.slot(), second.handler())));
   asio::steady_timer emitter(ctx, 5ms);
   emitter.async_wait([&](error_code) { signal.emit(asio::cancellation_type::terminal); });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(first.calls == 1);
   BOOST_TEST(second.calls == 1);
   BOOST_TEST(second.ec == aborted);
@@ -684,7 +560,7 @@ BOOST_AUTO_TEST_CASE(emitted_type_is_the_one_selected) {
         got = ec;
         at = wall::now();
       });
-      const auto r = run_ctx(ctx);
+      const auto r = run_ctx(ctx, run_limit);
       BOOST_TEST(!r.timed_out);
       BOOST_TEST(calls == 1);
       BOOST_TEST(got == aborted);
@@ -711,7 +587,7 @@ BOOST_AUTO_TEST_CASE(callers_type_is_forwarded) {
                            })));
   asio::steady_timer emitter(ctx, 5ms);
   emitter.async_wait([&](error_code) { signal.emit(asio::cancellation_type::partial); });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(calls == 1);
   BOOST_TEST_REQUIRE(log.types.size() == 1u);
   BOOST_TEST(static_cast<int>(log.types[0]) ==
@@ -744,7 +620,7 @@ BOOST_AUTO_TEST_CASE(partial_aborts_timer_waits_and_socket_reads) {
   p.server.async_read_some(asio::buffer(buf),
                            twheel::cancel_after(20ms, asio::cancellation_type::partial,
                                                 read.handler()));
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST((r.elapsed < absurd));
   BOOST_TEST(wheel_ec == aborted);
   BOOST_TEST(asio_ec == aborted);
@@ -765,7 +641,7 @@ BOOST_AUTO_TEST_CASE(partial_aborts_a_composed_read) {
   const auto t0 = wall::now();
   asio::async_read(p.server, asio::buffer(buf),
                    twheel::cancel_after(30ms, asio::cancellation_type::partial, out.handler()));
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST(out.n == 1u);  // what was read before the timeout
@@ -828,7 +704,7 @@ BOOST_AUTO_TEST_CASE(use_awaitable_times_out_with_system_error) {
     done = true;
     BOOST_TEST(!e);
   });
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(done);
   BOOST_TEST(got == aborted);
   BOOST_TEST((took >= 30ms));
@@ -845,7 +721,7 @@ BOOST_AUTO_TEST_CASE(use_awaitable_completes_first) {
   std::size_t n = 0;
   wall::duration took{};
   asio::co_spawn(ctx, read_awaitable(p.server, got, n, took), asio::detached);
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!got);
   BOOST_TEST(n == 1u);
   BOOST_TEST((r.elapsed < absurd));
@@ -877,7 +753,7 @@ BOOST_AUTO_TEST_CASE(use_awaitable_coroutine_cancellation_passes_through) {
                  asio::bind_cancellation_slot(signal.slot(), asio::detached));
   asio::steady_timer emitter(ctx, 10ms);
   emitter.async_wait([&](error_code) { signal.emit(asio::cancellation_type::terminal); });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(got == aborted);
   BOOST_TEST((took >= 10ms));
   BOOST_TEST((r.elapsed < absurd));
@@ -890,7 +766,7 @@ BOOST_AUTO_TEST_CASE(as_tuple_inside_cancel_after) {
   error_code got;
   wall::duration took{};
   asio::co_spawn(ctx, read_tuple_inner(p.server, got, took), asio::detached);
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(got == aborted);
   BOOST_TEST((took >= 30ms));
   BOOST_TEST((took < absurd));
@@ -903,7 +779,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_inside_as_tuple) {
   error_code got;
   wall::duration took{};
   asio::co_spawn(ctx, read_tuple_outer(p.server, got, took), asio::detached);
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(got == aborted);
   BOOST_TEST((took >= 30ms));
   BOOST_TEST((took < absurd));
@@ -918,7 +794,7 @@ BOOST_AUTO_TEST_CASE(deferred_launched_at_once) {
   auto op = p.server.async_read_some(asio::buffer(buf), twheel::cancel_after(30ms, asio::deferred));
   const auto t0 = wall::now();
   std::move(op)(out.handler());
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST((out.at - t0 >= 30ms));
@@ -938,7 +814,7 @@ BOOST_AUTO_TEST_CASE(deferred_timeout_counts_from_launch) {
   std::this_thread::sleep_for(80ms);  // the operation has not started yet
   const auto launched = wall::now();
   std::move(op)(out.handler());
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST((out.at - launched >= 50ms),
@@ -998,7 +874,7 @@ BOOST_AUTO_TEST_CASE(detached_times_out) {
   std::array<char, 8> buf{};
   const auto t0 = wall::now();
   p.server.async_read_some(asio::buffer(buf), twheel::cancel_after(20ms, asio::detached));
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST((wall::now() - t0 >= 20ms));  // run() returned once the read timed out
   BOOST_TEST((r.elapsed < absurd));
@@ -1018,7 +894,7 @@ BOOST_AUTO_TEST_CASE(cancel_at_absolute_deadline) {
   outcome out;
   const auto deadline = wall::now() + 40ms;
   p.server.async_read_some(asio::buffer(buf), twheel::cancel_at(deadline, out.handler()));
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST((out.at >= deadline), "early by " << ms(deadline - out.at) << " ms");
@@ -1033,7 +909,7 @@ BOOST_AUTO_TEST_CASE(cancel_at_past_deadline_aborts_promptly) {
   outcome out;
   p.server.async_read_some(asio::buffer(buf),
                            twheel::cancel_at(wall::now() - 1s, out.handler()));
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST((r.elapsed < absurd));
@@ -1050,9 +926,9 @@ BOOST_AUTO_TEST_CASE(far_deadlines_do_not_overflow) {
   std::array<char, 1> buf{};
   outcome a, b;
   p.server.async_read_some(asio::buffer(buf), twheel::cancel_at(wall::time_point::max(), a.handler()));
-  const auto r1 = run_ctx(ctx);
+  const auto r1 = run_ctx(ctx, run_limit);
   p.server.async_read_some(asio::buffer(buf), twheel::cancel_after(wall::duration::max(), b.handler()));
-  const auto r2 = run_ctx(ctx);
+  const auto r2 = run_ctx(ctx, run_limit);
   BOOST_TEST(!a.ec);
   BOOST_TEST(!b.ec);
   BOOST_TEST((r1.elapsed < absurd));
@@ -1070,7 +946,7 @@ BOOST_AUTO_TEST_CASE(explicit_executor_overload) {
   p.server.async_read_some(asio::buffer(buf),
                            twheel::cancel_after(ctx.get_executor(), 40ms, out.handler()));
   BOOST_TEST(twheel::stats(ctx).pending == 1u);
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST((out.at - t0 >= 40ms));
@@ -1082,7 +958,7 @@ BOOST_AUTO_TEST_CASE(explicit_executor_overload) {
   p.server.async_read_some(asio::buffer(buf),
                            twheel::cancel_after(strand, 20ms, via_strand.handler()));
   BOOST_TEST(twheel::stats(ctx).pending == 1u);
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(via_strand.ec == aborted);
   BOOST_TEST((via_strand.at - t1 >= 20ms));
 }
@@ -1096,7 +972,7 @@ BOOST_AUTO_TEST_CASE(explicit_context_overload) {
   const auto t0 = wall::now();
   p.server.async_read_some(asio::buffer(buf), twheel::cancel_after(ctx, 40ms, out.handler()));
   BOOST_TEST(twheel::stats(ctx).pending == 1u);
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(out.calls == 1);
   BOOST_TEST(out.ec == aborted);
   BOOST_TEST((out.at - t0 >= 40ms));
@@ -1125,7 +1001,7 @@ BOOST_AUTO_TEST_CASE(explicit_context_on_another_thread) {
                            }));
   BOOST_TEST(twheel::stats(timer_ctx).pending == 1u);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   timer_work.reset();
   timer_thread.join();
   BOOST_TEST(out.calls == 1);
@@ -1154,7 +1030,7 @@ BOOST_AUTO_TEST_CASE(async_accept_without_client_times_out) {
     at = wall::now();
     BOOST_TEST(!s.is_open());
   }));
-  run_ctx(ctx);
+  run_ctx(ctx, run_limit);
   BOOST_TEST(calls == 1);
   BOOST_TEST(got == aborted);
   BOOST_TEST((at - t0 >= 30ms));
@@ -1168,7 +1044,7 @@ BOOST_AUTO_TEST_CASE(async_accept_without_client_times_out) {
   }));
   tcp::socket client(ctx);
   client.async_connect(acceptor.local_endpoint(), [](error_code ec) { BOOST_TEST(!ec); });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(accepted == 1);
   BOOST_TEST((r.elapsed < absurd));
 }
@@ -1185,7 +1061,7 @@ BOOST_AUTO_TEST_CASE(asio_steady_timer_wait_times_out) {
     got = ec;
     at = wall::now();
   }));
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(calls == 1);
   BOOST_TEST(got == aborted);
   BOOST_TEST((at - t0 >= 20ms));
@@ -1205,7 +1081,7 @@ BOOST_AUTO_TEST_CASE(twheel_steady_timer_wait_times_out) {
     at = wall::now();
   }));
   BOOST_TEST(twheel::stats(ctx).pending == 2u);  // the wait and its timeout
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(calls == 1);
   BOOST_TEST(got == aborted);
   BOOST_TEST((at - t0 >= 20ms));
@@ -1219,7 +1095,7 @@ BOOST_AUTO_TEST_CASE(timer_expiring_first_completes_with_success) {
   twheel::steady_timer timer(ctx, 10ms);
   error_code got = aborted;
   timer.async_wait(twheel::cancel_after(10s, [&](error_code ec) { got = ec; }));
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!got);
   BOOST_TEST((r.elapsed < absurd));
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
@@ -1289,7 +1165,7 @@ BOOST_AUTO_TEST_CASE(timeout_is_filed_in_the_io_executors_wheel_under_outer_adap
       v.start(p.server, asio::buffer(buf), ctx, signal, redirected, calls);
       BOOST_TEST(twheel::stats(ctx).pending == v.timeouts);
       write_byte(p.client);
-      const auto r = run_ctx(ctx);
+      const auto r = run_ctx(ctx, run_limit);
       BOOST_TEST(calls == 1);
       BOOST_TEST((r.elapsed < absurd));
       BOOST_TEST(twheel::stats(ctx).pending == 0u);
@@ -1306,7 +1182,7 @@ BOOST_AUTO_TEST_SUITE(memory)
 // them (the timeout's state and the socket operation, both through the handler's
 // allocator) is freed, and nothing is left in the wheel.
 BOOST_AUTO_TEST_CASE(no_leak_over_many_reads) {
-  arena mem;
+  alloc_counters mem;
   counting_allocator<void> alloc(&mem);
   asio::io_context ctx;
   loopback lb(ctx);
@@ -1329,8 +1205,8 @@ BOOST_AUTO_TEST_CASE(no_leak_over_many_reads) {
   BOOST_TEST(!r1.timed_out);
   BOOST_TEST(completed == 10000u);
   BOOST_TEST(completed_ok == 10000u);
-  BOOST_TEST(mem.live.load() == 0);
-  BOOST_TEST(mem.total.load() >= 20000);  // state + socket op per read
+  BOOST_TEST(mem.outstanding() == 0u);
+  BOOST_TEST(mem.allocs.load() >= 20000u);  // state + socket op per read
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
   BOOST_TEST(twheel::stats(ctx).fired == 0u);
 
@@ -1358,7 +1234,7 @@ BOOST_AUTO_TEST_CASE(no_leak_over_many_reads) {
   BOOST_TEST(!r2.timed_out);
   BOOST_TEST(timed_out == 1000u);
   BOOST_TEST(wrong == 0u);
-  BOOST_TEST(mem.live.load() == 0);
+  BOOST_TEST(mem.outstanding() == 0u);
   const auto s = twheel::stats(ctx);
   BOOST_TEST(s.pending == 0u);
   BOOST_TEST(s.timers == 0u);
@@ -1368,7 +1244,7 @@ BOOST_AUTO_TEST_CASE(no_leak_over_many_reads) {
 // Operations still pending when the context is destroyed: their handlers and timeouts are
 // destroyed without being invoked, and everything is freed.
 BOOST_AUTO_TEST_CASE(pending_operations_freed_at_context_destruction) {
-  arena mem;
+  alloc_counters mem;
   int calls = 0;
   {
     counting_allocator<void> alloc(&mem);
@@ -1384,17 +1260,17 @@ BOOST_AUTO_TEST_CASE(pending_operations_freed_at_context_destruction) {
     }
     ctx.poll();
     BOOST_TEST(twheel::stats(ctx).pending == 20u);
-    BOOST_TEST(mem.live.load() > 0);
+    BOOST_TEST(mem.outstanding() > 0u);
   }
   BOOST_TEST(calls == 0);
-  BOOST_TEST(mem.live.load() == 0);
+  BOOST_TEST(mem.outstanding() == 0u);
 }
 
 // The timeout fired and its cancellation was handed to the read handler's executor (here
 // another io_context), but both contexts are destroyed before that runs (e.g. a server
 // shutting down). Everything must still be freed.
 BOOST_AUTO_TEST_CASE(cancellation_in_flight_at_shutdown_is_freed) {
-  arena mem;
+  alloc_counters mem;
   int calls = 0;
   {
     asio::io_context handler_ctx;  // destroyed last; never runs
@@ -1412,7 +1288,7 @@ BOOST_AUTO_TEST_CASE(cancellation_in_flight_at_shutdown_is_freed) {
     }  // io_ctx destroyed: the read and its handler are destroyed
   }    // handler_ctx destroyed: the queued cancellation is destroyed
   BOOST_TEST(calls == 0);
-  BOOST_TEST(mem.live.load() == 0, "blocks still allocated: " << mem.live.load());
+  BOOST_TEST(mem.outstanding() == 0u, "blocks still allocated: " << mem.outstanding());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -1468,7 +1344,7 @@ BOOST_AUTO_TEST_CASE(multithreaded_context_with_strands) {
 // completing at once (data already there), so that the completion races with the filing
 // of the timeout inside the initiation. Every state must be freed exactly once.
 BOOST_AUTO_TEST_CASE(completion_racing_the_initiation) {
-  arena mem;
+  alloc_counters mem;
   counting_allocator<void> alloc(&mem);
   asio::io_context ctx(2);
   loopback lb(ctx);
@@ -1495,7 +1371,7 @@ BOOST_AUTO_TEST_CASE(completion_racing_the_initiation) {
   t2.join();
   BOOST_TEST(done.load() == rounds);
   BOOST_TEST(bad.load() == 0);
-  BOOST_TEST(mem.live.load() == 0);
+  BOOST_TEST(mem.outstanding() == 0u);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
 
@@ -1633,7 +1509,7 @@ BOOST_AUTO_TEST_CASE(partial_token_with_executor_default_token) {
         done = true;
         BOOST_TEST(!e);
       });
-      const auto r = run_ctx(ctx);
+      const auto r = run_ctx(ctx, run_limit);
       BOOST_TEST(!r.timed_out);
       BOOST_TEST(done);
       BOOST_TEST(got == aborted);
@@ -1662,7 +1538,7 @@ BOOST_AUTO_TEST_CASE(partial_token_with_deferred_default) {
   std::move(op_a)(a.handler());
   std::move(op_b)(b.handler());
   BOOST_TEST(twheel::stats(ctx).pending == 2u);
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(a.ec == aborted);
   BOOST_TEST(b.ec == aborted);
@@ -1679,7 +1555,7 @@ BOOST_AUTO_TEST_CASE(partial_token_with_cancellation_type) {
   auto op = async_wait_for_cancel(ctx.get_executor(), log,
                                   twheel::cancel_after(10ms, asio::cancellation_type::partial));
   std::move(op)([&](error_code ec) { got = ec; });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(got == aborted);
   BOOST_TEST((log.types == std::vector<asio::cancellation_type_t>{asio::cancellation_type::partial}));
@@ -1729,7 +1605,7 @@ BOOST_AUTO_TEST_CASE(qualified_twheel_cancel_after_beside_asio_cancel_after) {
   BOOST_TEST(twheel::stats(ctx).pending == 1u);  // not in the wheel
   auto op = p.server.async_read_some(buffer(buf), twheel::cancel_after(10s));  // partial
   static_assert(!std::is_void_v<decltype(op)>);
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ours.calls == 1);
   BOOST_TEST(theirs.calls == 1);

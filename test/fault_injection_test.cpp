@@ -47,6 +47,8 @@
 #include <optional>
 #include <vector>
 
+#include "support.hpp"
+
 namespace {
 
 // ---- the allocation hook -------------------------------------------------------------
@@ -150,6 +152,8 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using asio::ip::tcp;
 using namespace std::chrono_literals;
+using twheel_test::loopback;
+using twheel_test::socket_pair;
 
 // Arms the countdown for the scope of a scenario's body.
 class fault_scope {
@@ -305,16 +309,6 @@ void wait_on(Timer& t, asio::io_context& ctx, ledger& l, const int& id, Handler&
     FI_CHECK(twheel::stats(ctx).pending == pending);
   }
 }
-
-// A connected loopback pair.
-struct socket_pair {
-  tcp::socket client, server;
-  explicit socket_pair(asio::io_context& ctx) : client(ctx), server(ctx) {
-    tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-    client.connect(acceptor.local_endpoint());
-    acceptor.accept(server);
-  }
-};
 
 // A silent read whose timeout was lost would never end. The watchdog (Asio's own timer,
 // not the wheel) ends it by closing the sockets and says so: it fails the test, it does
@@ -491,7 +485,9 @@ BOOST_AUTO_TEST_CASE(cancel_after_socket_read) {
     ledger l;
     {
       asio::io_context ctx;
-      socket_pair silent(ctx), talking(ctx), outer(ctx), inner(ctx);
+      loopback lb(ctx);
+      socket_pair silent = lb.connect(), talking = lb.connect(), outer = lb.connect(),
+                  inner = lb.connect();
       std::array<char, 16> buf1{}, buf2{}, buf3{}, buf4{};
       // The caller's own slots, bound around the token and around the handler: forwarding
       // them into the timeout's slot allocates (in Asio's recycling allocator).
@@ -546,7 +542,8 @@ BOOST_AUTO_TEST_CASE(cancel_after_on_a_strand) {
     {
       asio::io_context ctx;
       auto strand = asio::make_strand(ctx);
-      socket_pair silent(ctx);
+      loopback lb(ctx);
+      socket_pair silent = lb.connect();
       std::array<char, 16> buf{};
       (void)twheel::stats(ctx);
       read_watchdog watchdog(ctx, {&silent.server});

@@ -31,16 +31,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "support.hpp"
 
 namespace {
 
@@ -54,43 +54,10 @@ const error_code aborted = asio::error::operation_aborted;
 
 constexpr auto slack = 200ms;  // upper bounds only
 
-template <class D>
-long long ms(D d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-struct run_result {
-  wall::duration elapsed{};
-  bool timed_out = false;
-};
-
-// ctx.run() with a watchdog that stops the context after `limit`.
-run_result run_ctx(asio::io_context& ctx, wall::duration limit = 10s) {
-  ctx.restart();
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  bool fired = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lk(m);
-    if (!cv.wait_for(lk, limit, [&] { return done; })) {
-      fired = true;
-      ctx.stop();
-    }
-  });
-  run_result r;
-  const auto t0 = wall::now();
-  ctx.run();
-  r.elapsed = wall::now() - t0;
-  {
-    std::lock_guard<std::mutex> lk(m);
-    done = true;
-  }
-  cv.notify_one();
-  watchdog.join();
-  r.timed_out = fired;
-  return r;
-}
+using twheel_test::alloc_counters;
+using twheel_test::counting_allocator;
+using twheel_test::ms;
+using twheel_test::run_ctx;
 
 // The outcome of one idle wait.
 struct outcome {
@@ -130,36 +97,6 @@ struct toucher {
   wall::time_point until;
   wall::time_point last{};
   int count = 0;
-};
-
-struct alloc_counts {
-  std::size_t allocated = 0;
-  std::size_t freed = 0;
-};
-
-template <class T>
-struct counting_allocator {
-  using value_type = T;
-  explicit counting_allocator(alloc_counts* c) noexcept : counts(c) {}
-  template <class U>
-  counting_allocator(const counting_allocator<U>& other) noexcept : counts(other.counts) {}
-  T* allocate(std::size_t n) {
-    ++counts->allocated;
-    return std::allocator<T>().allocate(n);
-  }
-  void deallocate(T* p, std::size_t n) noexcept {
-    ++counts->freed;
-    std::allocator<T>().deallocate(p, n);
-  }
-  template <class U>
-  bool operator==(const counting_allocator<U>& other) const noexcept {
-    return counts == other.counts;
-  }
-  template <class U>
-  bool operator!=(const counting_allocator<U>& other) const noexcept {
-    return counts != other.counts;
-  }
-  alloc_counts* counts;
 };
 
 }  // namespace
@@ -620,17 +557,17 @@ BOOST_AUTO_TEST_CASE(a_wait_allocates_through_the_associated_allocator) {
     BOOST_TEST_CONTEXT("cancelled " << cancel) {
       asio::io_context ctx;
       std::optional<idle_timer> idle(std::in_place, ctx, 5ms);
-      alloc_counts counts;
+      alloc_counters counts;
       outcome out;
       idle->async_wait(asio::bind_allocator(counting_allocator<void>(&counts), out.handler()));
       if (cancel) idle->cancel();
       run_ctx(ctx);
       BOOST_TEST(out.calls == 1);
       BOOST_TEST(out.ec == (cancel ? aborted : error_code()));
-      BOOST_TEST(counts.allocated == 2u);  // the operation and the flag
-      BOOST_TEST(counts.freed == 1u);      // the timer still holds the flag...
+      BOOST_TEST(counts.allocs.load() == 2u);    // the operation and the flag
+      BOOST_TEST(counts.deallocs.load() == 1u);  // the timer still holds the flag...
       idle.reset();
-      BOOST_TEST(counts.freed == 2u);      // ...until it goes
+      BOOST_TEST(counts.deallocs.load() == 2u);  // ...until it goes
     }
   }
 }

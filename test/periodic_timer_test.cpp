@@ -19,15 +19,15 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "support.hpp"
 
 namespace {
 
@@ -44,44 +44,9 @@ const error_code aborted = asio::error::operation_aborted;
 // Generous: a tick may be late by scheduling delay on a loaded 2-core machine (or TSan).
 constexpr auto slack = 200ms;
 
-template <class D>
-long long ms(D d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-// ctx.run() with a watchdog that stops the context after `limit`, so that a broken timer
-// fails the test instead of hanging the suite. Returns the time run() took.
-struct run_result {
-  wall::duration elapsed{};
-  bool timed_out = false;
-};
-
-run_result run_ctx(asio::io_context& ctx, wall::duration limit = 10s) {
-  ctx.restart();
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  bool fired = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lk(m);
-    if (!cv.wait_for(lk, limit, [&] { return done; })) {
-      fired = true;
-      ctx.stop();
-    }
-  });
-  run_result r;
-  const auto t0 = wall::now();
-  ctx.run();
-  r.elapsed = wall::now() - t0;
-  {
-    std::lock_guard<std::mutex> lk(m);
-    done = true;
-  }
-  cv.notify_one();
-  watchdog.join();
-  r.timed_out = fired;
-  return r;
-}
+using twheel_test::ms;
+using twheel_test::run_ctx;
+using twheel_test::run_result;
 
 // One completed wait, as seen from its handler.
 struct tick_record {

@@ -33,14 +33,11 @@ using timer_types = boost::mpl::list<boost::asio::steady_timer>;
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <exception>
 #include <functional>
 #include <future>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -49,6 +46,8 @@ using timer_types = boost::mpl::list<boost::asio::steady_timer>;
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "support.hpp"
 
 namespace {
 
@@ -59,128 +58,25 @@ using wall = std::chrono::steady_clock;  // for measuring the tests themselves
 
 const error_code aborted = asio::error::operation_aborted;
 
+using twheel_test::alloc_counters;
+using twheel_test::counting_allocator;
+using twheel_test::ms;
+using twheel_test::run_ctx;
+using twheel_test::run_until;
+using twheel_test::wait_log;
+
+// The watchdog budget of one run() in this suite: its deadlines are a few ms.
+constexpr auto run_limit = 5s;
+
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-struct run_result {
-  std::chrono::nanoseconds elapsed{};
-  std::size_t handlers = 0;
-  bool timed_out = false;  // the watchdog had to stop the context
-};
-
-// ctx.run() on the calling thread, with a watchdog that stops the context after `limit`
-// so that a broken implementation fails the test instead of hanging the suite.
-run_result run_ctx(asio::io_context& ctx, std::chrono::nanoseconds limit = 5s) {
-  ctx.restart();
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  bool fired = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lk(m);
-    if (!cv.wait_for(lk, limit, [&] { return done; })) {
-      fired = true;
-      ctx.stop();
-    }
-  });
-  run_result r;
-  const auto t0 = wall::now();
-  r.handlers = ctx.run();
-  r.elapsed = wall::now() - t0;
-  {
-    std::lock_guard<std::mutex> lk(m);
-    done = true;
-  }
-  cv.notify_one();
-  watchdog.join();
-  r.timed_out = fired;
-  return r;
-}
-
-// Runs handlers one at a time until pred() holds; false if it didn't within `limit`.
-template <class Pred>
-bool run_until(asio::io_context& ctx, Pred pred, std::chrono::nanoseconds limit = 5s) {
-  const auto deadline = wall::now() + limit;
-  while (!pred()) {
-    if (wall::now() >= deadline) return false;
-    if (ctx.stopped()) ctx.restart();
-    if (ctx.run_one_for(2ms) == 0) std::this_thread::yield();
-  }
-  return true;
-}
 
 // Runs whatever is ready now (nothing blocks).
 void poll_ctx(asio::io_context& ctx) {
   ctx.restart();
   ctx.poll();
 }
-
-template <class D>
-long long ms(D d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-// Records completions of single-threaded waits: order and error codes per id.
-struct wait_log {
-  std::vector<int> order;
-  std::map<int, std::vector<error_code>> results;
-
-  auto handler(int id) {
-    return [this, id](error_code ec) {
-      order.push_back(id);
-      results[id].push_back(ec);
-    };
-  }
-  std::size_t count(int id) const {
-    auto it = results.find(id);
-    return it == results.end() ? 0 : it->second.size();
-  }
-  // The error code of id's (single) completion; a distinctive value if it never completed.
-  error_code ec(int id) const {
-    auto it = results.find(id);
-    if (it == results.end() || it->second.empty()) return asio::error::would_block;
-    return it->second.back();
-  }
-  std::size_t total() const { return order.size(); }
-};
-
-// Counting allocator for the associated-allocator test.
-struct alloc_counters {
-  std::atomic<std::size_t> allocs{0};
-  std::atomic<std::size_t> deallocs{0};
-  std::atomic<long long> bytes{0};
-  std::size_t outstanding() const { return allocs.load() - deallocs.load(); }
-};
-
-template <class T>
-struct counting_allocator {
-  using value_type = T;
-  alloc_counters* c;
-
-  explicit counting_allocator(alloc_counters* counters) noexcept : c(counters) {}
-  template <class U>
-  counting_allocator(const counting_allocator<U>& other) noexcept : c(other.c) {}
-
-  T* allocate(std::size_t n) {
-    c->allocs.fetch_add(1);
-    c->bytes.fetch_add(static_cast<long long>(n * sizeof(T)));
-    return std::allocator<T>{}.allocate(n);
-  }
-  void deallocate(T* p, std::size_t n) noexcept {
-    c->deallocs.fetch_add(1);
-    c->bytes.fetch_sub(static_cast<long long>(n * sizeof(T)));
-    std::allocator<T>{}.deallocate(p, n);
-  }
-  template <class U>
-  bool operator==(const counting_allocator<U>& o) const noexcept {
-    return c == o.c;
-  }
-  template <class U>
-  bool operator!=(const counting_allocator<U>& o) const noexcept {
-    return c != o.c;
-  }
-};
 
 // Increments a counter when destroyed: tracks what handlers own.
 struct dtor_probe {
@@ -326,7 +222,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(api_types_and_constructors, Timer, timer_types) {
   BOOST_TEST((s.get_executor().template target<decltype(strand)>() != nullptr));
 
   // Nothing here started a wait: run() returns at once.
-  auto rr = run_ctx(ctx);
+  auto rr = run_ctx(ctx, run_limit);
   BOOST_TEST(!rr.timed_out);
   BOOST_TEST(rr.handlers == 0u);
   BOOST_TEST(ms(rr.elapsed) < 1000);
@@ -364,7 +260,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expired_wait_completes_outside_initiation, Timer, 
       });
       BOOST_TEST(calls == 0);  // not invoked from inside async_wait
       returned = true;
-      auto r = run_ctx(ctx);
+      auto r = run_ctx(ctx, run_limit);
       BOOST_TEST(!r.timed_out);
       BOOST_TEST(calls == 1);
       BOOST_TEST(seen == error_code{});
@@ -390,7 +286,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expired_wait_completes_outside_initiation, Timer, 
     inner_returned = true;
   });
   BOOST_TEST(log.total() == 0u);
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(log.order == (std::vector<int>{1, 2, 3}), boost::test_tools::per_element());
   BOOST_TEST(log.ec(1) == error_code{});
@@ -438,7 +334,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(never_early, Timer, timer_types) {
       max_late = std::max(max_late, std::chrono::nanoseconds(now - deadlines[i]));
     });
   }
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   for (int i = 0; i < n; ++i) {
     BOOST_TEST_CONTEXT("timer " << i) {
@@ -557,7 +453,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(expiry_changes_and_cancel_counts, Timer, timer_typ
         cancelled = u.cancel();
       }
     });
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(first != 0);
     BOOST_TEST(cancelled == 0u);
@@ -589,7 +485,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(waits_complete_in_initiation_order, Timer, timer_t
     });
   }
   BOOST_TEST(order.empty());
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(order == (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}), boost::test_tools::per_element());
   for (auto& ec : ecs) BOOST_TEST(ec == error_code{});
@@ -623,7 +519,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(distinct_deadlines_fire_in_order, Timer, timer_typ
       order.push_back(rank);
     });
   }
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   std::vector<int> expected(n);
   std::iota(expected.begin(), expected.end(), 0);
@@ -646,7 +542,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(destroying_timer_aborts_waits, Timer, timer_types)
   BOOST_TEST(owned.use_count() == 2);
   t.reset();
   BOOST_TEST(log.total() == 0u);  // not invoked from inside the destructor
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);
   BOOST_TEST(log.order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
@@ -663,7 +559,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(destroying_timer_aborts_waits, Timer, timer_types)
   b.reset();
   a.reset();
   BOOST_TEST(log2.total() == 0u);
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);
   BOOST_TEST(log2.count(1) == 1u);
@@ -705,7 +601,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(move_construction_carries_waits, Timer, timer_type
   a.expires_after(1ms);
   a.async_wait(log.handler(3));
 
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(log.count(1) == 1u);
   BOOST_TEST(log.count(2) == 1u);
@@ -723,7 +619,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(move_construction_carries_waits, Timer, timer_type
   Timer d(std::move(c));
   BOOST_TEST(c.cancel() == 0u);
   BOOST_TEST(d.cancel() == 2u);
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);
   BOOST_TEST(log2.order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
@@ -741,7 +637,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(move_construction_carries_waits, Timer, timer_type
   poll_ctx(ctx);
   BOOST_TEST(log3.total() == 0u);  // destroying moved-from timers touches nothing
   g.reset();
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);
   BOOST_TEST(log3.count(1) == 1u);
@@ -773,7 +669,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(move_assignment_carries_waits_and_aborts_target, T
   BOOST_TEST((a.expiry() == time_point{}));
   BOOST_TEST(a.cancel() == 0u);
 
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);  // c's old 10 s waits don't keep run() alive
   // Asio: the target's old waits are aborted (queued at once, so they run first);
@@ -792,7 +688,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(move_assignment_carries_waits_and_aborts_target, T
   y = std::move(x);
   BOOST_TEST(x.cancel() == 0u);
   BOOST_TEST(y.cancel() == 1u);
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);
   BOOST_TEST(log2.ec(1) == aborted);
@@ -805,7 +701,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(move_assignment_carries_waits_and_aborts_target, T
   p = std::move(q);
   BOOST_TEST((p.expiry() == time_point{}));
   BOOST_TEST(p.cancel() == 0u);
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);
   BOOST_TEST(log3.ec(1) == aborted);
@@ -818,7 +714,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(move_assignment_carries_waits_and_aborts_target, T
   Timer& alias = s;
   s = std::move(alias);
   BOOST_TEST((s.expiry() == s_exp));
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(log4.count(1) == 1u);
   BOOST_TEST(log4.ec(1) == error_code{});
@@ -856,7 +752,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(converting_move_between_executor_types, Timer, tim
   BOOST_TEST(log.total() == 0u);
   BOOST_TEST(r2.cancel() == 0u);
 
-  auto rr = run_ctx(ctx);
+  auto rr = run_ctx(ctx, run_limit);
   BOOST_TEST(!rr.timed_out);
   BOOST_TEST(ms(rr.elapsed) < 1000);
   BOOST_TEST(log.ec(1) == error_code{});
@@ -870,7 +766,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(converting_move_between_executor_types, Timer, tim
   r3.async_wait(log2.handler(1));
   Timer t3(std::move(r3));
   BOOST_TEST(t3.cancel() == 1u);
-  rr = run_ctx(ctx);
+  rr = run_ctx(ctx, run_limit);
   BOOST_TEST(!rr.timed_out);
   BOOST_TEST(log2.ec(1) == aborted);
 
@@ -887,7 +783,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(converting_move_between_executor_types, Timer, tim
   });
   Timer t4(std::move(s));
   BOOST_TEST((t4.get_executor() == asio::any_io_executor(strand)));
-  rr = run_ctx(ctx);
+  rr = run_ctx(ctx, run_limit);
   BOOST_TEST(!rr.timed_out);
   BOOST_TEST(s_ec == error_code{});
   BOOST_TEST(in_strand);
@@ -905,7 +801,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_when_nothing_pending, Timer, timer_typ
     wait_log log;
     t.async_wait(log.handler(1));
     BOOST_TEST(t.cancel() == 1u);
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(r.elapsed) < 1000);
     BOOST_TEST(log.ec(1) == aborted);
@@ -917,7 +813,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_when_nothing_pending, Timer, timer_typ
     t.async_wait(log.handler(1));
     std::size_t n = 99;
     killer.async_wait([&](error_code) { n = t.cancel(); });
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(r.elapsed) < 1000);
     BOOST_TEST(n == 1u);
@@ -929,7 +825,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_when_nothing_pending, Timer, timer_typ
     wait_log log;
     t.async_wait(log.handler(1));
     BOOST_TEST(t.cancel_one() == 1u);
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(r.elapsed) < 1000);
     BOOST_TEST(log.ec(1) == aborted);
@@ -937,7 +833,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_when_nothing_pending, Timer, timer_typ
   {  // a timer with no waits at all
     asio::io_context ctx;
     Timer t(ctx);
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(r.handlers == 0u);
     BOOST_TEST(ms(r.elapsed) < 1000);
@@ -949,7 +845,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_when_nothing_pending, Timer, timer_typ
     u.expires_after(10s);
     Timer v(ctx);
     v.expires_at(Timer::clock_type::now() + 10s);
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(r.handlers == 0u);
     BOOST_TEST(ms(r.elapsed) < 1000);
@@ -959,11 +855,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_when_nothing_pending, Timer, timer_typ
     Timer t(ctx, 2ms);
     wait_log log;
     t.async_wait(log.handler(1));
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(r.elapsed) < 1000);
     BOOST_TEST(log.ec(1) == error_code{});
-    r = run_ctx(ctx);
+    r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(r.handlers == 0u);
     BOOST_TEST(ms(r.elapsed) < 1000);
@@ -974,7 +870,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_when_nothing_pending, Timer, timer_typ
     Timer t(ctx, 30ms);
     wait_log log;
     t.async_wait(log.handler(1));
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(Timer::clock_type::now() - t0) >= 30);
     BOOST_TEST(log.ec(1) == error_code{});
@@ -1023,7 +919,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(per_operation_cancellation, Timer, timer_types) {
 
       // Only the two untouched waits remain on the timer.
       BOOST_TEST(t.cancel() == 2u);
-      auto r = run_ctx(ctx);
+      auto r = run_ctx(ctx, run_limit);
       BOOST_TEST(!r.timed_out);
       BOOST_TEST(ms(r.elapsed) < 1000);
       BOOST_TEST(log.order == (std::vector<int>{1, 0, 2}), boost::test_tools::per_element());
@@ -1039,7 +935,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(per_operation_cancellation, Timer, timer_types) {
     wait_log log;
     t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
     killer.async_wait([&](error_code) { sig.emit(asio::cancellation_type::terminal); });
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(r.elapsed) < 1000);
     BOOST_TEST(log.ec(1) == aborted);
@@ -1052,7 +948,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(per_operation_cancellation, Timer, timer_types) {
     asio::cancellation_signal sig;
     wait_log log;
     t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(log.ec(1) == error_code{});
 
@@ -1072,7 +968,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(per_operation_cancellation, Timer, timer_types) {
     BOOST_TEST(log.ec(3) == aborted);
     BOOST_TEST(log.count(2) == 0u);
     BOOST_TEST(t.cancel() == 1u);
-    r = run_ctx(ctx);
+    r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(log.ec(2) == aborted);
     for (const auto& [id, v] : log.results) BOOST_TEST(v.size() == 1u, "wait " << id);
@@ -1086,7 +982,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(per_operation_cancellation, Timer, timer_types) {
     t.async_wait(asio::bind_cancellation_slot(sig.slot(), log.handler(1)));
     BOOST_TEST(t.cancel() == 1u);
     sig.emit(asio::cancellation_type::terminal);  // completion queued, not yet run
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(log.count(1) == 1u);
     BOOST_TEST(log.ec(1) == aborted);
@@ -1139,7 +1035,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_deferred, Timer, timer_types) {
   auto op = t.async_wait(asio::deferred);
   // Nothing is initiated until the deferred operation is invoked.
   BOOST_TEST(t.cancel() == 0u);
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(r.handlers == 0u);
 
@@ -1151,7 +1047,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_deferred, Timer, timer_types) {
     log.handler(1)(ec);
   });
   BOOST_TEST(log.total() == 0u);
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(log.ec(1) == error_code{});
   BOOST_TEST(!early);
@@ -1161,7 +1057,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_deferred, Timer, timer_types) {
   auto op2 = u.async_wait(asio::deferred);
   std::move(op2)(log.handler(2));
   BOOST_TEST(u.cancel() == 1u);
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);
   BOOST_TEST(log.ec(2) == aborted);
@@ -1174,7 +1070,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_detached_consign_append_redirect, Timer, tim
     const auto t0 = Timer::clock_type::now();
     Timer t(ctx, 10ms);
     t.async_wait(asio::detached);
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(Timer::clock_type::now() - t0) >= 10);  // run() waited for it
     BOOST_TEST(ms(r.elapsed) < 1000);
@@ -1187,7 +1083,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_detached_consign_append_redirect, Timer, tim
     u.async_wait(asio::consign(log.handler(2), keep, keep));
     BOOST_TEST(keep.use_count() == 4);
     BOOST_TEST(u.cancel() == 1u);
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(log.ec(1) == error_code{});
     BOOST_TEST(log.ec(2) == aborted);
@@ -1203,7 +1099,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_detached_consign_append_redirect, Timer, tim
           got = v;
         },
         42));
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(got == 42);
     BOOST_TEST(got_ec == error_code{});
@@ -1214,7 +1110,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_detached_consign_append_redirect, Timer, tim
     int calls = 0;
     t.async_wait(asio::redirect_error([&] { ++calls; }, ec));
     t.cancel();
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(calls == 1);
     BOOST_TEST(ec == aborted);
@@ -1237,7 +1133,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_use_awaitable, Timer, timer_types) {
                      done = true;
                      ex = e;
                    });
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(done);
     BOOST_TEST(!ex);
@@ -1277,7 +1173,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_use_awaitable, Timer, timer_types) {
       Timer t(ctx, 3ms);
       std::optional<error_code> result;
       asio::co_spawn(ctx, coro_factory(&t, &result), asio::detached);
-      auto r = run_ctx(ctx);
+      auto r = run_ctx(ctx, run_limit);
       BOOST_TEST(!r.timed_out);
       BOOST_TEST(result.has_value());
       if (result) BOOST_TEST(*result == error_code{});
@@ -1314,7 +1210,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(handlers_run_in_strand, Timer, timer_types) {
       ++calls;
       plain_in = strand.running_in_this_thread();
     });
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(calls == 2);
     BOOST_TEST(bound_in);
@@ -1334,7 +1230,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(handlers_run_in_strand, Timer, timer_types) {
       c_in = strand.running_in_this_thread();
     });
     c.cancel();
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(t_in);
     BOOST_TEST(s_in);
@@ -1417,7 +1313,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(blocking_wait, Timer, timer_types) {
     t.async_wait(log.handler(1));
     t.wait();
     BOOST_TEST(log.total() == 0u);
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(log.ec(1) == error_code{});
   }
@@ -1447,7 +1343,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rearm_and_delete_from_own_handler, Timer, timer_ty
     };
     t.async_wait(h);
     const auto t0 = clock::now();
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(rounds == 3);
     BOOST_TEST(ms(clock::now() - t0) >= 4);  // two re-arms of 2 ms each
@@ -1464,7 +1360,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rearm_and_delete_from_own_handler, Timer, timer_ty
       seen = ec;
       t.reset();
     });
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(calls == 1);
     BOOST_TEST(seen == error_code{});
@@ -1479,7 +1375,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rearm_and_delete_from_own_handler, Timer, timer_ty
       t.reset();
     });
     t->async_wait(log.handler(2));
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(log.order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
     BOOST_TEST(log.ec(1) == error_code{});
@@ -1495,7 +1391,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rearm_and_delete_from_own_handler, Timer, timer_ty
       victim.reset();
       BOOST_TEST(log.count(2) == 0u);
     });
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(r.elapsed) < 1000);
     BOOST_TEST(log.order == (std::vector<int>{1, 2}), boost::test_tools::per_element());
@@ -1521,7 +1417,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rearm_and_delete_from_own_handler, Timer, timer_ty
       sp->async_wait(step{sp, &rounds});
     }
     BOOST_TEST(!weak.expired());
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(rounds == 3);
     BOOST_TEST(weak.expired());
@@ -1569,7 +1465,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(far_deadlines, Timer, timer_types) {
   BOOST_TEST(c.expires_at((time_point::max)()) == 1u);
   BOOST_TEST(e.expires_after((duration::max)()) == 1u);
   dd.reset();
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(ms(r.elapsed) < 1000);
   for (int i = 1; i <= 5; ++i) {
@@ -1580,7 +1476,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(far_deadlines, Timer, timer_types) {
   // A wait re-targeted from max to a near deadline fires.
   a.expires_after(2ms);
   a.async_wait(log.handler(6));
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(log.ec(6) == error_code{});
 }
@@ -1622,7 +1518,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(range_ends_and_overflowing_durations, Timer, timer
       std::this_thread::sleep_for(30ms);
       asio::post(ctx, [&] { BOOST_TEST(t.cancel() == 1u); });
     });
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     canceller.join();
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(wall::now() - t0) >= 30);
@@ -1708,7 +1604,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(range_ends_and_overflowing_durations, Timer, timer
     for (auto& t : timers) BOOST_TEST(t->cancel() == 1u);
     BOOST_TEST(c1.cancel_one() == 1u);
     BOOST_TEST(c2.expires_at((time_point::max)()) == 1u);
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(r.elapsed) < 1000);
     for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -1742,7 +1638,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(range_ends_and_overflowing_durations, Timer, timer
     BOOST_TEST((c.expiry() < clock::now()));
     c.async_wait(log.handler(100));
     BOOST_TEST(log.total() == 0u);  // not inside async_wait
-    auto r = run_ctx(ctx);
+    auto r = run_ctx(ctx, run_limit);
     BOOST_TEST(!r.timed_out);
     BOOST_TEST(ms(r.elapsed) < 500);
     for (std::size_t i = 0; i < cases.size(); ++i) {
@@ -2046,7 +1942,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(associated_allocator_is_used, Timer, timer_types) 
         outstanding_in_handler = c.outstanding();
       }));
       BOOST_TEST(c.allocs.load() >= 1u);
-      auto r = run_ctx(ctx);
+      auto r = run_ctx(ctx, run_limit);
       BOOST_TEST(!r.timed_out);
       BOOST_TEST(calls == 1);
       // The operation's memory is released before the handler is invoked.
@@ -2065,7 +1961,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(associated_allocator_is_used, Timer, timer_types) 
       }
       BOOST_TEST(c.allocs.load() - before >= 3u);
       BOOST_TEST(t.cancel() == 3u);
-      auto r = run_ctx(ctx);
+      auto r = run_ctx(ctx, run_limit);
       BOOST_TEST(!r.timed_out);
       BOOST_TEST(calls == 3);
       BOOST_TEST(c.outstanding() == 0u);
@@ -2143,7 +2039,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_expires_from_now, Timer, timer_types) {
     fired_at = wall::now();
     log.handler(3)(ec);
   });
-  auto r = run_ctx(ctx);
+  auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(log.ec(1) == aborted);
   BOOST_TEST(log.ec(2) == aborted);
@@ -2163,7 +2059,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_expires_from_now, Timer, timer_types) {
   ec = asio::error::fault;
   BOOST_TEST(t.expires_from_now(40ms, ec) == 0u);  // nothing pending: nothing cancelled
   BOOST_TEST(!ec);
-  r = run_ctx(ctx);
+  r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(log.ec(4) == aborted);
 }
@@ -2192,7 +2088,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_expires_from_now_saturates, Timer, time
     ++calls;
     got = ec;
   });
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(calls == 1);
   BOOST_TEST(!got);
@@ -2214,7 +2110,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_expires_at, Timer, timer_types) {
   BOOST_TEST(!ec);
   BOOST_TEST((t.expires_at() == soon));
   t.async_wait(log.handler(2));
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST(log.ec(1) == aborted);
   BOOST_TEST(!log.ec(2));
@@ -2249,7 +2145,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(deprecated_cancel_with_error_code, Timer, timer_ty
   ec = asio::error::fault;
   BOOST_TEST(t.cancel_one(ec) == 0u);
   BOOST_TEST(!ec);
-  const auto r = run_ctx(ctx);
+  const auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
   BOOST_TEST((log.order == std::vector<int>{1, 2, 3, 4}));
   BOOST_TEST(log.ec(3) == aborted);

@@ -50,6 +50,8 @@
 #include <utility>
 #include <vector>
 
+#include "support.hpp"
+
 namespace {
 
 namespace asio = boost::asio;
@@ -63,91 +65,20 @@ const error_code aborted = asio::error::operation_aborted;
 const error_code no_space = asio::error::no_buffer_space;
 const error_code never = asio::error::would_block;  // "did not complete" marker
 
+using twheel_test::ms;
+using twheel_test::run_ctx;
+using twheel_test::run_until;
+using twheel_test::wait_log;
+using twheel_test::watchdog;
+
 // ---------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------
-
-template <class D>
-long long ms(D d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
 
 twheel::wheel_stats wstats(asio::io_context& ctx) { return twheel::stats(ctx); }
 
 const twheel::wheel_options& options_of(asio::io_context& ctx) {
   return asio::use_service<twheel::wheel_service>(ctx).options();
-}
-
-struct run_result {
-  std::chrono::nanoseconds elapsed{};
-  std::size_t handlers = 0;
-  bool timed_out = false;  // the watchdog had to stop the context
-};
-
-// Stops `ctx` if it is still running after `limit`, so that a broken service fails a test
-// instead of hanging the suite.
-class watchdog {
- public:
-  watchdog(asio::io_context& ctx, std::chrono::nanoseconds limit)
-      : thread_([this, &ctx, limit] {
-          std::unique_lock<std::mutex> lk(m_);
-          if (!cv_.wait_for(lk, limit, [this] { return done_; })) {
-            fired_ = true;
-            ctx.stop();
-          }
-        }) {}
-  watchdog(const watchdog&) = delete;
-  watchdog& operator=(const watchdog&) = delete;
-  ~watchdog() { finish(); }
-
-  // Stops the watchdog; true if it had fired.
-  bool finish() {
-    if (thread_.joinable()) {
-      {
-        std::lock_guard<std::mutex> lk(m_);
-        done_ = true;
-      }
-      cv_.notify_one();
-      thread_.join();
-    }
-    return fired_;
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  bool fired_ = false;
-  std::thread thread_;  // last: started once the rest is initialised
-};
-
-// ctx.restart(), then ctx.run() on the calling thread and `threads - 1` more, under a
-// watchdog. Exceptions from run() on the calling thread propagate (single thread only).
-run_result run_ctx(asio::io_context& ctx, std::chrono::nanoseconds limit = 10s,
-                   int threads = 1) {
-  ctx.restart();
-  watchdog dog(ctx, limit);
-  std::vector<std::thread> extra;
-  for (int i = 1; i < threads; ++i) extra.emplace_back([&ctx] { ctx.run(); });
-  run_result r;
-  const auto t0 = clock_type::now();
-  r.handlers = ctx.run();
-  for (auto& t : extra) t.join();
-  r.elapsed = clock_type::now() - t0;
-  r.timed_out = dog.finish();
-  return r;
-}
-
-// Runs handlers one at a time until pred() holds; false if it didn't within `limit`.
-template <class Pred>
-bool run_until(asio::io_context& ctx, Pred pred, std::chrono::nanoseconds limit = 5s) {
-  const auto deadline = clock_type::now() + limit;
-  while (!pred()) {
-    if (clock_type::now() >= deadline) return false;
-    if (ctx.stopped()) ctx.restart();
-    if (ctx.run_one_for(2ms) == 0) std::this_thread::yield();
-  }
-  return true;
 }
 
 // Runs `f` and aborts the whole test program if it has not returned after `limit`: for
@@ -173,29 +104,6 @@ void within(std::chrono::nanoseconds limit, const char* what, F f) {
   cv.notify_one();
   watchdog.join();
 }
-
-// Records completions of single-threaded waits: order and error codes per id.
-struct wait_log {
-  std::vector<int> order;
-  std::map<int, std::vector<error_code>> results;
-
-  auto handler(int id) {
-    return [this, id](error_code ec) {
-      order.push_back(id);
-      results[id].push_back(ec);
-    };
-  }
-  std::size_t count(int id) const {
-    auto it = results.find(id);
-    return it == results.end() ? 0 : it->second.size();
-  }
-  error_code ec(int id) const {
-    auto it = results.find(id);
-    if (it == results.end() || it->second.empty()) return never;
-    return it->second.back();
-  }
-  std::size_t total() const { return order.size(); }
-};
 
 // Calls a function when the last copy of the hook goes away: put one in a handler's
 // captures to observe the handler's final destruction (moves do not trigger it).
