@@ -92,6 +92,12 @@ void timing_wheel::file(wheel_entry& entry) noexcept {
   const std::uint64_t differing = (elapsed_ ^ filed) | detail::slot_mask;
   unsigned level = (63 - detail::clz64(differing)) / detail::slot_bits;
   if (level >= levels_) level = levels_ - 1;
+  // The slot cascaded early stays empty until its start: what it would get goes where its
+  // entries went, one level down (else it would be found only a rotation later).
+  if (level == early_level_ && elapsed_ < early_start_ &&
+      (filed >> (detail::slot_bits * level)) == (early_start_ >> (detail::slot_bits * level))) {
+    --level;
+  }
   const auto slot = static_cast<unsigned>((filed >> (detail::slot_bits * level)) &
                                           detail::slot_mask);
   wheel_[level].push(slot, entry, deadline);
@@ -175,13 +181,52 @@ bool timing_wheel::has_due() const noexcept {
   for (unsigned mask = taken_mask_; mask != 0; mask &= mask - 1) {
     if (!taken_[detail::ctz64(mask)].empty()) return true;
   }
+  for (unsigned mask = early_mask_; mask != 0; mask &= mask - 1) {
+    if (!early_[detail::ctz64(mask)].empty()) return true;
+  }
   return false;
+}
+
+std::optional<timing_wheel::early_ref> timing_wheel::early_candidate() const noexcept {
+  // Only the slot right after each level's current one, and not the top level, whose
+  // slots may hold parked entries of later rotations.
+  for (unsigned level = 2; level + 1 < levels_; ++level) {
+    const unsigned shift = detail::slot_bits * level;
+    const std::uint64_t start = ((elapsed_ >> shift) + 1) << shift;
+    const auto slot = static_cast<unsigned>((start >> shift) & detail::slot_mask);
+    // One early cascade per slot start: while the wheel's time is before it, file()
+    // redirects only the level of the first one.
+    if (early_level_ != 0 && start == early_start_) continue;
+    const auto& lv = wheel_[level];
+    if ((lv.occupied() >> slot & 1u) == 0 || !lv.crowded(slot)) continue;
+    // Lower levels hold only deadlines before `start`; the first crowded one found is the
+    // nearest (a coarser level's next slot cannot start earlier).
+    return early_ref{level, start, start - (std::uint64_t{1} << (shift - detail::slot_bits))};
+  }
+  return std::nullopt;
+}
+
+void timing_wheel::cascade_early(wheel_entry& entry) noexcept {
+  const unsigned shift = detail::slot_bits * (early_level_ - 1);
+  const std::uint64_t deadline = entry.deadline_;
+  ++counters_.cascaded;
+  if (deadline < early_start_ ||
+      deadline - early_start_ >= (std::uint64_t{1} << (shift + detail::slot_bits))) {
+    // Moved later than the slot since it was filed: filed as any entry is.
+    entry.where_ = detail::where_idle;
+    file(entry);
+    return;
+  }
+  const auto slot = static_cast<unsigned>((deadline >> shift) & detail::slot_mask);
+  wheel_[early_level_ - 1].push(slot, entry, deadline);
+  entry.where_ = static_cast<std::uint16_t>((early_level_ - 1) * detail::slots_per_level + slot);
 }
 
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
   if (has_due()) return from_tick(elapsed_);
   const auto slot = next_slot();
   if (!slot) return std::nullopt;
+  std::uint64_t at = slot->start;
   // A coarse slot need not be cascaded before its earliest deadline: nothing in it can be
   // due sooner, and advance() cascades and detaches in one call, so the owner wakes once
   // instead of once to cascade and again to fire. Not for the top level, whose nearest
@@ -189,18 +234,39 @@ std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept
   // a crowded slot, whose walk would delay its first due entries (see crowded_slot).
   if (slot->level + 1 < levels_ && !wheel_[slot->level].crowded(slot->slot)) {
     const std::uint64_t earliest = wheel_[slot->level].earliest(slot->slot);
-    if (earliest > slot->start) return from_tick(earliest);
+    if (earliest > at) at = earliest;
   }
-  return from_tick(slot->start);
+  // A crowded slot cascaded early is walked from `from` on, whatever comes due before it.
+  if (const auto early = early_candidate(); early && early->from < at) {
+    at = early->from > elapsed_ ? early->from : elapsed_;
+  }
+  return from_tick(at);
 }
 
-bool timing_wheel::take_next_slot(std::uint64_t target) noexcept {
-  const auto slot = next_slot();
-  if (!slot || slot->start > target) return false;
-  elapsed_ = slot->start;
-  taken_mask_ |= wheel_[slot->level].take(slot->slot, taken_);
-  return true;
+namespace {
+
+// One entry of each lane of `mask` in turn, at most `budget` in all (an emptied lane
+// leaves the mask), so that the lanes' cache misses overlap. Returns the entries visited.
+template <class Lanes, class Visit>
+std::size_t walk_lanes(Lanes& lanes, unsigned& mask, std::size_t budget, Visit&& visit) {
+  std::size_t visited = 0;
+  for (unsigned todo = mask; todo != 0 && visited < budget; todo &= todo - 1) {
+    const unsigned lane = detail::ctz64(todo);
+    auto& list = lanes[lane];
+    if (list.empty()) {  // emptied by remove()
+      mask &= ~(1u << lane);
+      continue;
+    }
+    auto& entry = list.front();
+    list.pop_front();
+    if (list.empty()) mask &= ~(1u << lane);
+    ++visited;
+    visit(entry);
+  }
+  return visited;
 }
+
+}  // namespace
 
 std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
                                   std::size_t max_entries) {
@@ -231,28 +297,41 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       examine(entry);
       continue;
     }
-    if (taken_mask_ == 0) {
-      if (!take_next_slot(target)) {
-        elapsed_ = target;
-        break;
+    if (taken_mask_ != 0) {
+      // One entry of each lane in turn, so that the lanes' cache misses overlap.
+      // Everything detached from one slot has the slot's start as its deadline tick,
+      // hence one lane: the turns keep its filing order.
+      walk_lanes(taken_, taken_mask_, max_entries - examined, examine);
+      continue;
+    }
+    const auto slot = next_slot();
+    // An early cascade in progress is finished before anything at or after its slot's
+    // start is taken: its entries belong to those slots.
+    if (slot && slot->start <= target && (early_mask_ == 0 || slot->start < early_start_)) {
+      elapsed_ = slot->start;
+      taken_mask_ |= wheel_[slot->level].take(slot->slot, taken_);
+      continue;
+    }
+    if (early_mask_ != 0) {
+      while (early_mask_ != 0 && examined < max_entries) {
+        examined += walk_lanes(early_, early_mask_, max_entries - examined,
+                               [this](wheel_entry& entry) { cascade_early(entry); });
       }
       continue;
     }
-    // One entry of each lane in turn, so that the lanes' cache misses overlap. Everything
-    // detached from one slot has the slot's start as its deadline tick, hence one lane:
-    // the turns keep its filing order.
-    for (unsigned lanes = taken_mask_; lanes != 0 && examined < max_entries; lanes &= lanes - 1) {
-      const unsigned lane = detail::ctz64(lanes);
-      auto& list = taken_[lane];
-      if (list.empty()) {  // emptied by remove()
-        taken_mask_ &= ~(1u << lane);
-        continue;
-      }
-      wheel_entry& entry = list.front();
-      list.pop_front();
-      if (list.empty()) taken_mask_ &= ~(1u << lane);
-      examine(entry);
+    const auto early = early_candidate();
+    if (!early || target < early->from) {
+      elapsed_ = target;
+      break;
     }
+    // Nothing is due before `target`: the wheel's time may move there first.
+    elapsed_ = target;
+    const auto slot_index = static_cast<unsigned>(
+        (early->start >> (detail::slot_bits * early->level)) & detail::slot_mask);
+    early_mask_ = wheel_[early->level].take(slot_index, early_);
+    early_level_ = early->level;
+    early_start_ = early->start;
+    ++counters_.cascaded_early;
   }
   return detached;
 }
@@ -265,7 +344,9 @@ std::size_t timing_wheel::detach_all(wheel_entry_list& out) noexcept {
     for (unsigned slot = 0; slot < detail::slots_per_level; ++slot) lv.take(slot, taken_);
   }
   for (auto& lane : taken_) all.splice(all.end(), lane);
+  for (auto& lane : early_) all.splice(all.end(), lane);
   taken_mask_ = 0;
+  early_mask_ = 0;
   std::size_t count = 0;
   for (auto& e : all) {
     e.where_ = detail::where_detached;

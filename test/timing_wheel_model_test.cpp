@@ -90,6 +90,9 @@ struct run_config {
   unsigned big_jump_max_k;       // ordinary big jumps are below 64^k ticks, k <= this
   std::uint64_t huge_jump_ticks; // largest of the rare huge jumps
   std::uint64_t seed;
+  // Deadlines clustered in the next slot of level 2 or 3 (of every deadline, per mille),
+  // so that slots get crowded and are cascaded early; then each run must see some.
+  std::uint64_t cluster_per_mille = 0;
 };
 
 struct stats {
@@ -235,6 +238,11 @@ class model_run {
   std::int64_t gen_deadline() {
     const std::uint64_t r = below(1000);
     const std::uint64_t nt = now_tick();
+    if (cfg_.cluster_per_mille != 0 && chance(cfg_.cluster_per_mille)) {
+      const unsigned k = 2 + static_cast<unsigned>(below(2));
+      const std::uint64_t span = pow64(k);
+      return at_tick((nt / span + 1) * span + below(span), sub_tick_offset());
+    }
     if (r < 80) {  // past or zero
       switch (below(5)) {
         case 0: return 0;
@@ -642,7 +650,8 @@ void run_model(const run_config& c) {
                             << "), detached " << s.detached << " (max batch " << s.max_batch
                             << "), parked inserts " << s.parked_inserts << ", held ops "
                             << s.held_ops << ", cascaded " << m.wheel().counters().cascaded
-                            << ", final tick " << m.wheel().current_tick() << ", pending avg "
+                            << " (early slots " << m.wheel().counters().cascaded_early
+                            << "), final tick " << m.wheel().current_tick() << ", pending avg "
                             << s.pending_sum / c.steps << " max " << s.max_pending);
   // The run exercised what it is meant to.
   BOOST_TEST(s.inserts > c.steps / 6);
@@ -658,6 +667,7 @@ void run_model(const run_config& c) {
   BOOST_TEST(s.max_pending > c.pool * 2 / 5);
   BOOST_TEST(s.max_batch > 300u);
   BOOST_TEST(m.wheel().counters().cascaded > c.steps / 10);
+  if (c.cluster_per_mille != 0) BOOST_TEST(m.wheel().counters().cascaded_early > 3u);  // 7 now
 }
 
 constexpr std::uint64_t three_years_ms = 3ull * 365 * 24 * 3600 * 1000;
@@ -679,4 +689,11 @@ BOOST_AUTO_TEST_CASE(model_odd_tick_three_levels, *boost::unit_test::timeout(60)
   // A tick that is not a power of ten and a start off the tick grid.
   run_model({"1500 ns, 3 levels, odd start", make_config(ns(1500), 3), 123'456'789, 1'000'000,
              3000, pow64(5), 3, pow64(5), 0x7431'7768'6565'6c03ull});
+}
+
+BOOST_AUTO_TEST_CASE(model_crowded_slots, *boost::unit_test::timeout(60)) {
+  // Deadlines piled into the next slot of level 2 or 3: crowded slots cascaded early while
+  // entries are inserted, removed, moved and detached around them.
+  run_model({"1 ms, 5 levels, clustered", make_config(std::chrono::milliseconds(1), 5), 0,
+             2'000'000, 8000, pow64(3), 2, pow64(3), 0x7431'7768'6565'6c04ull, 800});
 }

@@ -1233,6 +1233,72 @@ BOOST_AUTO_TEST_CASE(a_crowded_coarse_slot_is_cascaded_at_its_start) {
   BOOST_TEST(h.advance(300ms).size() == n - 1);
 }
 
+// A crowded slot of level 2 is cascaded early: from the start of the last level-1 slot
+// before it, in bounded steps, nothing detached by the walk. What happens meanwhile is
+// honoured: an entry filed into the slot's range goes where the walked ones went (not into
+// the emptied slot, where it would be found a rotation late), removed and moved entries
+// leave or move, and afterwards everything fires at its deadline, in order, none early.
+BOOST_AUTO_TEST_CASE(a_crowded_slot_of_level_2_is_cascaded_early) {
+  const std::size_t n = twheel::detail::crowded_slot + 500;
+  auto items = make_items(n);
+  item lower, late_comer;
+  lower.id = -1;
+  late_comer.id = -2;
+  harness h;  // 1 ms tick: level 1 slots span 64 ms, level 2 slots 4096 ms
+  for (std::size_t i = 0; i < n; ++i) {
+    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
+  }
+  h.insert(lower, 4000ms);
+  auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(4000ms).count());
+  BOOST_TEST(h.advance_ids(4000ms) == std::vector<int>{-1});
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(4032ms).count());  // 4096 ms - one level-1 slot
+  BOOST_TEST(h.advance(4031ms).empty());
+  BOOST_TEST(h.wheel.counters().cascaded_early == 0u);
+  const auto cascaded = h.wheel.counters().cascaded;
+  BOOST_TEST(h.advance(4032ms, 100).empty());  // a bounded step of the walk
+  BOOST_TEST(h.wheel.counters().cascaded_early == 1u);
+  BOOST_TEST(h.wheel.counters().cascaded == cascaded + 100);
+  ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() <= ns(4032ms).count());  // more walking to do now
+
+  h.insert(late_comer, 4100ms);  // into the slot's range, while it is being walked
+  // Entries not walked yet (the walk takes lanes' fronts; the last filed are behind).
+  BOOST_TEST(h.remove(items[n - 1]));
+  h.reschedule(items[n - 2], 9000ms);   // later, beyond the slot
+  h.reschedule(items[n - 3], 5000ms);   // later, inside the slot
+  h.reschedule(items[n - 4], 4050ms);   // earlier, before the slot
+  BOOST_TEST(h.advance_ids(4050ms) == std::vector<int>{static_cast<int>(n - 4)});
+  BOOST_TEST(h.wheel.counters().cascaded_early == 1u);
+  BOOST_TEST(h.advance(4095ms).empty());
+
+  std::size_t fired = 0;
+  bool late_comer_fired = false;
+  for (int ms = 4096; ms <= 9000; ++ms) {
+    const auto got = h.advance(std::chrono::milliseconds(ms));
+    for (const item* e : got) {
+      ++fired;
+      if (e == &late_comer) {
+        late_comer_fired = true;
+        BOOST_TEST(ms == 4100);
+      } else if (e == &items[n - 2]) {
+        BOOST_TEST(ms == 9000);
+      } else if (e == &items[n - 3]) {
+        BOOST_TEST(ms == 5000);
+      } else {
+        BOOST_TEST(ms == 4096 + e->id % 300);
+      }
+    }
+  }
+  BOOST_TEST(late_comer_fired);
+  BOOST_TEST(fired == n - 2 + 1);  // all but the removed and the one fired at 4050 ms
+  BOOST_TEST(h.wheel.empty());
+}
+
 // The top level is a ring: its nearest slot may hold only a parked entry while a later
 // slot holds an earlier deadline, so there next_expiry() stays the slot's start.
 BOOST_AUTO_TEST_CASE(next_expiry_of_a_top_level_slot_is_its_start) {

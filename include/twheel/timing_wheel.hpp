@@ -32,6 +32,15 @@
 // comes due is examined one entry of each lane in turn, so that walking a crowded slot is
 // 8 independent chains of cache misses rather than one (see wheel_level.hpp).
 //
+// A crowded slot of level L >= 2 (below the top) is cascaded early: from the start of the
+// last level L-1 slot before it, in bounded steps between the due work, each entry moved
+// straight to the level L-1 slot of its deadline's digit. Those slots are then a rotation
+// ahead of level L-1's current slot (the last one), which the ring search of next_slot()
+// already reads as the next rotation; nothing else is in level L-1 then, and the finer
+// levels hold only deadlines before the slot. So the walk of a million entries filed
+// together overlaps the last 64^(L-1) ticks before them instead of delaying them, and no
+// entry is examined for being due by it (nothing in the slot can be due before its start).
+//
 // Entries are intrusive (Boost.Intrusive list hooks): insert and remove never allocate.
 // The wheel is not thread-safe; its owner locks.
 #ifndef TWHEEL_TIMING_WHEEL_HPP
@@ -162,6 +171,7 @@ struct wheel_counters {
   std::uint64_t removed = 0;    ///< pending entries taken out by remove()
   std::uint64_t expired = 0;    ///< entries detached by advance()
   std::uint64_t cascaded = 0;   ///< entries re-filed because their slot came due early
+  std::uint64_t cascaded_early = 0;  ///< crowded slots cascaded before their start
 };
 
 /// A hierarchical timing wheel. Times are nanoseconds since an origin the owner picks.
@@ -217,8 +227,9 @@ class timing_wheel {
   /// is the start of the earliest non-empty slot or, for a slot below the top level with
   /// fewer than detail::crowded_slot entries, the earliest deadline filed into it if that
   /// is later (so a sparse coarse slot is cascaded by the same advance() that detaches
-  /// its first due entry, and a crowded one before its first entry is due). Never after
-  /// the earliest deadline. Entries may be re-filed then instead of detached (lazy, parked
+  /// its first due entry, and a crowded one before its first entry is due); earlier when a
+  /// crowded slot of level 2 or more is to be cascaded early (from the start of the last
+  /// slot of the level below before it). Never after the earliest deadline. Entries may be re-filed then instead of detached (lazy, parked
   /// or coarse entries), but never detached before their deadline. Empty when nothing is
   /// pending.
   /// A time at or before now() means "call advance() now". O(levels).
@@ -265,11 +276,18 @@ class timing_wheel {
   std::uint64_t divide_by_tick(std::uint64_t n) const noexcept;
   void file(wheel_entry& entry) noexcept;
   static void unlink(wheel_entry& entry) noexcept;
-  // Moves the earliest slot starting at or before `target` into taken_ and makes its start
-  // the current tick. False if there is none.
-  bool take_next_slot(std::uint64_t target) noexcept;
-  // True if overdue_ or taken_ holds an entry: advance() has work now.
+  // True if overdue_, taken_ or early_ holds an entry: advance() has work now.
   bool has_due() const noexcept;
+  // The crowded slot to cascade early next, if any (see the design comment), with the
+  // tick its walk may begin at.
+  struct early_ref {
+    unsigned level;
+    std::uint64_t start;
+    std::uint64_t from;
+  };
+  std::optional<early_ref> early_candidate() const noexcept;
+  // Moves one entry of early_ on to level early_level_ - 1 (or re-files it).
+  void cascade_early(wheel_entry& entry) noexcept;
   struct slot_ref {
     unsigned level;
     unsigned slot;
@@ -286,6 +304,11 @@ class timing_wheel {
   slot_list overdue_;         // entries filed with a deadline already due, in filing order
   detail::slot_lanes<wheel_entry> taken_;  // the lanes of the slot that came due, not yet examined
   unsigned taken_mask_ = 0;   // lanes of taken_ that may hold entries (remove() may empty one)
+  detail::slot_lanes<wheel_entry> early_;  // a crowded slot being cascaded early
+  unsigned early_mask_ = 0;   // lanes of early_ that may hold entries
+  unsigned early_level_ = 0;  // the level of the slot cascaded early (0: none yet)
+  std::uint64_t early_start_ = 0;  // ... and its start tick (filing into it is redirected
+                                   // while the wheel's time is before it)
   wheel_counters counters_;
 };
 
