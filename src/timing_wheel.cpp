@@ -98,9 +98,13 @@ void timing_wheel::file(wheel_entry& entry) noexcept {
       (filed >> (detail::slot_bits * level)) == (early_start_ >> (detail::slot_bits * level))) {
     --level;
   }
-  const auto slot = static_cast<unsigned>((filed >> (detail::slot_bits * level)) &
+  file_at(level, filed, entry);
+}
+
+void timing_wheel::file_at(unsigned level, std::uint64_t tick, wheel_entry& entry) noexcept {
+  const auto slot = static_cast<unsigned>((tick >> (detail::slot_bits * level)) &
                                           detail::slot_mask);
-  wheel_[level].push(slot, entry, deadline);
+  wheel_[level].push(slot, entry, entry.deadline_);
   entry.where_ = static_cast<std::uint16_t>(level * detail::slots_per_level + slot);
 }
 
@@ -201,7 +205,7 @@ std::optional<timing_wheel::early_ref> timing_wheel::early_candidate() const noe
     if ((lv.occupied() >> slot & 1u) == 0 || !lv.crowded(slot)) continue;
     // Lower levels hold only deadlines before `start`; the first crowded one found is the
     // nearest (a coarser level's next slot cannot start earlier).
-    return early_ref{level, start, start - (std::uint64_t{1} << (shift - detail::slot_bits))};
+    return early_ref{level, slot, start, start - (std::uint64_t{1} << (shift - detail::slot_bits))};
   }
   return std::nullopt;
 }
@@ -217,9 +221,7 @@ void timing_wheel::cascade_early(wheel_entry& entry) noexcept {
     file(entry);
     return;
   }
-  const auto slot = static_cast<unsigned>((deadline >> shift) & detail::slot_mask);
-  wheel_[early_level_ - 1].push(slot, entry, deadline);
-  entry.where_ = static_cast<std::uint16_t>((early_level_ - 1) * detail::slots_per_level + slot);
+  file_at(early_level_ - 1, deadline, entry);
 }
 
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
@@ -326,9 +328,7 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     }
     // Nothing is due before `target`: the wheel's time may move there first.
     elapsed_ = target;
-    const auto slot_index = static_cast<unsigned>(
-        (early->start >> (detail::slot_bits * early->level)) & detail::slot_mask);
-    early_mask_ = wheel_[early->level].take(slot_index, early_);
+    early_mask_ = wheel_[early->level].take(early->slot, early_);
     early_level_ = early->level;
     early_start_ = early->start;
     ++counters_.cascaded_early;

@@ -229,9 +229,9 @@ class timing_wheel {
   /// is later (so a sparse coarse slot is cascaded by the same advance() that detaches
   /// its first due entry, and a crowded one before its first entry is due); earlier when a
   /// crowded slot of level 2 or more is to be cascaded early (from the start of the last
-  /// slot of the level below before it). Never after the earliest deadline. Entries may be re-filed then instead of detached (lazy, parked
-  /// or coarse entries), but never detached before their deadline. Empty when nothing is
-  /// pending.
+  /// slot of the level below before it). Never after the earliest deadline. Entries may
+  /// be re-filed then instead of detached (lazy, parked or coarse entries), but never
+  /// detached before their deadline. Empty when nothing is pending.
   /// A time at or before now() means "call advance() now". O(levels).
   std::optional<duration> next_expiry() const noexcept;
 
@@ -275,6 +275,9 @@ class timing_wheel {
   duration from_tick(std::uint64_t tick) const noexcept;
   std::uint64_t divide_by_tick(std::uint64_t n) const noexcept;
   void file(wheel_entry& entry) noexcept;
+  // Links `entry` into the slot of `level` that holds `tick` (its deadline, or where it is
+  // parked).
+  void file_at(unsigned level, std::uint64_t tick, wheel_entry& entry) noexcept;
   static void unlink(wheel_entry& entry) noexcept;
   // True if overdue_, taken_ or early_ holds an entry: advance() has work now.
   bool has_due() const noexcept;
@@ -282,6 +285,7 @@ class timing_wheel {
   // tick its walk may begin at.
   struct early_ref {
     unsigned level;
+    unsigned slot;
     std::uint64_t start;
     std::uint64_t from;
   };
