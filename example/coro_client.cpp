@@ -10,6 +10,9 @@
 // Everything runs in this process on 127.0.0.1: an echo server that holds each line back
 // for the milliseconds the line starts with, and a listener that never accepts, whose
 // full backlog makes a connect hang. Exits 0 when every outcome is the expected one.
+//
+// Usage: coro_client [scale]. Every duration is multiplied by scale (default 1); the
+// sanitizer builds of the tests run it at 4, so that a slowed process keeps the margins.
 #include <twheel/cancel_after.hpp>
 #include <twheel/steady_timer.hpp>
 
@@ -42,8 +45,10 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
 constexpr auto as_tuple_awaitable = asio::as_tuple(asio::use_awaitable);
-constexpr auto read_timeout = 100ms;
-constexpr auto connect_timeout = 100ms;
+// Multiplied by the scale in main().
+auto read_timeout = std::chrono::milliseconds(100);
+auto connect_timeout = std::chrono::milliseconds(100);
+int time_scale = 1;
 constexpr auto write_timeout = 1s;  // loopback: a write only waits if the peer stops reading
 
 double ms_of(clock_type::duration d) {
@@ -108,8 +113,8 @@ awaitable<bool> echo_exchanges(tcp::endpoint server) {
       std::printf("connected to the echo server\n");
     }
 
-    const std::string line = std::to_string(x.hold_ms) + " line " + std::to_string(number) +
-                             "\n";
+    const int hold_ms = x.hold_ms * time_scale;
+    const std::string line = std::to_string(hold_ms) + " line " + std::to_string(number) + "\n";
     auto [write_ec, written] = co_await asio::async_write(
         socket, asio::buffer(line), asio::as_tuple(twheel::cancel_after(write_timeout,
                                                                         asio::use_awaitable)));
@@ -130,16 +135,16 @@ awaitable<bool> echo_exchanges(tcp::endpoint server) {
     bool expected;
     if (!read_ec) {
       expected = x.expect_echo && echo == line;
-      std::printf("line %d (held %d ms): echoed in %.1f ms%s\n", number, x.hold_ms, ms,
+      std::printf("line %d (held %d ms): echoed in %.1f ms%s\n", number, hold_ms, ms,
                   echo == line ? "" : ", but garbled");
     } else if (read_ec == asio::error::operation_aborted) {
       expected = !x.expect_echo && ms >= ms_of(read_timeout);
       std::printf("line %d (held %d ms): no echo, timed out after %.1f ms; reconnecting\n",
-                  number, x.hold_ms, ms);
+                  number, hold_ms, ms);
       socket.close();
     } else {
       expected = false;
-      std::printf("line %d (held %d ms): %s after %.1f ms\n", number, x.hold_ms,
+      std::printf("line %d (held %d ms): %s after %.1f ms\n", number, hold_ms,
                   read_ec.message().c_str(), ms);
       socket.close();
     }
@@ -192,13 +197,21 @@ awaitable<bool> run_client(tcp::endpoint echo_server) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 2 || (argc == 2 && (std::atoi(argv[1]) < 1 || std::atoi(argv[1]) > 100))) {
+    std::fprintf(stderr, "usage: coro_client [scale: 1 to 100, default 1]\n");
+    return 2;
+  }
+  if (argc == 2) time_scale = std::atoi(argv[1]);
+  read_timeout *= time_scale;
+  connect_timeout *= time_scale;
+
   asio::io_context ctx;
   tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
   asio::co_spawn(ctx, echo_server(acceptor), asio::detached);
 
   // Only if something hangs.
-  twheel::steady_timer give_up(ctx, 10s);
+  twheel::steady_timer give_up(ctx, 10s * time_scale);
   bool gave_up = false;
   give_up.async_wait([&](const error_code& ec) {
     if (ec) return;
@@ -224,7 +237,7 @@ int main() {
   const auto start = clock_type::now();
   ctx.run();
   if (gave_up) {
-    std::printf("gave up after 10 s\n");
+    std::printf("gave up after %d s\n", 10 * time_scale);
     return 1;
   }
   std::printf("%s, %.0f ms in all\n", ok ? "all as expected" : "SOME UNEXPECTED",

@@ -7,9 +7,12 @@
 //   * another periodic_timer sends a heartbeat every 50 ms, on a fixed grid.
 //
 // Scenario 1: the renewals succeed and the job completes. Scenario 2: the lock service
-// stops answering after 250 ms, the renewals fail, and the watchdog aborts the job when
-// the lease expires. Prints the timeline of both; exits 0 when both behave as expected.
+// stops answering after 250 ms, the renewals fail, and the job is aborted when the lease
+// expires: by the watchdog, or by a step that finds the lease expired before it commits. Prints the timeline of both; exits 0 when both behave as expected.
 // Everything is in this process.
+//
+// Usage: heartbeat [scale]. Every duration is multiplied by scale (default 1); the sanitizer
+// builds of the tests run it at 4, so that a slowed process keeps the margins.
 #include <twheel/periodic_timer.hpp>
 #include <twheel/steady_timer.hpp>
 
@@ -18,20 +21,21 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 namespace {
 
 namespace asio = boost::asio;
 using boost::system::error_code;
-using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-constexpr auto lease_ttl = 300ms;
-constexpr auto renew_every = lease_ttl / 3;
-constexpr auto heartbeat_every = 50ms;
-constexpr auto step_time = 75ms;
-constexpr int job_steps = 10;  // 750 ms: the job outlives the lease's first TTL twice
+// Multiplied by the scale in main().
+auto lease_ttl = std::chrono::milliseconds(300);
+auto heartbeat_every = std::chrono::milliseconds(50);
+auto step_time = std::chrono::milliseconds(75);
+auto lock_service_down_at = std::chrono::milliseconds(250);  // in scenario 2
+constexpr int job_steps = 10;  // 10 steps: the job outlives the lease's first TTL twice
 
 struct scenario {
   const char* title;
@@ -42,8 +46,8 @@ struct scenario {
 struct result {
   bool completed = false;
   bool watchdog_fired = false;
+  bool fenced = false;  // a step found the lease expired and was not committed
   int steps_done = 0;
-  int steps_after_expiry = 0;  // work done without a valid lease: must stay 0
   int early_timers = 0;        // waits that completed before their deadline: must stay 0
   int heartbeats = 0;
   int renewals = 0;
@@ -54,7 +58,7 @@ class leased_job {
   leased_job(asio::io_context& ctx, const scenario& s)
       : scenario_(s),
         heartbeat_(ctx, heartbeat_every, twheel::tick_mode::fixed_rate),
-        renewer_(ctx, renew_every, twheel::tick_mode::fixed_rate),
+        renewer_(ctx, lease_ttl / 3, twheel::tick_mode::fixed_rate),
         watchdog_(ctx),
         step_timer_(ctx) {}
 
@@ -149,7 +153,16 @@ class leased_job {
     step_timer_.async_wait([this](const error_code& ec) {
       if (ec || finished_) return;
       check_not_early(step_timer_.expiry());
-      if (clock_type::now() >= lease_expiry_) ++result_.steps_after_expiry;
+      // The watchdog alone is not enough: after a stall, the step's completion and the
+      // watchdog's can both be due, and the step's runs first. So a step checks the lease
+      // itself before it commits (a fence).
+      if (clock_type::now() >= lease_expiry_) {
+        result_.fenced = true;
+        log("FENCE: step %d not committed, the lease expired at %.0f ms; aborting the job",
+            result_.steps_done + 1, at(lease_expiry_));
+        finish();
+        return;
+      }
       ++result_.steps_done;
       log("step %d of %d done", result_.steps_done, job_steps);
       if (result_.steps_done == job_steps) {
@@ -188,26 +201,39 @@ bool run_scenario(int number, const scenario& s) {
   asio::io_context ctx;
   leased_job job(ctx, s);
   job.start();
-  ctx.run_for(5s);  // bounded even if something were wrong
+  ctx.run_for(lease_ttl * 20);  // bounded even if something were wrong
   const result& r = job.outcome();
 
-  const bool as_expected = r.completed == s.expect_completed &&
-                           r.watchdog_fired == !s.expect_completed &&
-                           r.steps_after_expiry == 0 && r.early_timers == 0 &&
-                           r.heartbeats > 0 && r.renewals > 0;
-  std::printf("  => %s after %d of %d steps; %d renewals, %d heartbeats, %d steps without a "
-              "lease, %d early waits: %s\n\n",
-              r.completed ? "completed" : "aborted", r.steps_done, job_steps, r.renewals,
-              r.heartbeats, r.steps_after_expiry, r.early_timers,
+  const bool aborted = r.watchdog_fired || r.fenced;
+  const bool as_expected = r.completed == s.expect_completed && aborted == !s.expect_completed &&
+                           r.early_timers == 0 && r.heartbeats > 0 && r.renewals > 0;
+  std::printf("  => %s after %d of %d steps; %d renewals, %d heartbeats, %d early waits: %s\n\n",
+              r.completed ? "completed"
+              : r.fenced  ? "aborted by the fence"
+              : aborted   ? "aborted by the watchdog"
+                          : "neither completed nor aborted",
+              r.steps_done, job_steps, r.renewals, r.heartbeats, r.early_timers,
               as_expected ? "as expected" : "UNEXPECTED");
   return as_expected;
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 2 || (argc == 2 && (std::atoi(argv[1]) < 1 || std::atoi(argv[1]) > 100))) {
+    std::fprintf(stderr, "usage: heartbeat [scale: 1 to 100, default 1]\n");
+    return 2;
+  }
+  const int scale = argc == 2 ? std::atoi(argv[1]) : 1;
+  lease_ttl *= scale;
+  heartbeat_every *= scale;
+  step_time *= scale;
+  lock_service_down_at *= scale;
+
   const bool healthy = run_scenario(1, {"the renewals keep the lease alive", std::nullopt, true});
-  const bool stalled =
-      run_scenario(2, {"the lock service stops answering at 250 ms", 250ms, false});
+  char title[64];
+  std::snprintf(title, sizeof title, "the lock service stops answering at %lld ms",
+                static_cast<long long>(lock_service_down_at.count()));
+  const bool stalled = run_scenario(2, {title, lock_service_down_at, false});
   return healthy && stalled ? 0 : 1;
 }
