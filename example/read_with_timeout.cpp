@@ -3,6 +3,8 @@
 //
 //   read_with_timeout            ask a server in this process, on 127.0.0.1
 //   read_with_timeout --port P   ask idle_echo_server on 127.0.0.1:P
+//   read_with_timeout --scale N  every duration times N (the sanitizer builds of the tests
+//                                run it at 4, so that a slowed process keeps the margins)
 //
 // The in-process server answers each request as it says: "fast" at once, "slow" in
 // 40 ms, "late" in 250 ms (after the client's 100 ms timeout), "never" not at all. With
@@ -38,10 +40,13 @@ using boost::system::error_code;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-constexpr auto read_timeout = 100ms;
-constexpr auto io_timeout = 1s;       // connect and write: loopback, so only if stuck
-constexpr auto give_up_after = 10s;   // the whole program
-constexpr double timeout_ms = std::chrono::duration<double, std::milli>(read_timeout).count();
+// Multiplied by --scale in main().
+clock_type::duration read_timeout = 100ms;
+clock_type::duration io_timeout = 1s;      // connect and write: loopback, so only if stuck
+clock_type::duration give_up_after = 10s;  // the whole program
+int time_scale = 1;
+
+double timeout_ms() { return std::chrono::duration<double, std::milli>(read_timeout).count(); }
 
 double ms_since(clock_type::time_point start) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - start).count();
@@ -51,8 +56,8 @@ double ms_since(clock_type::time_point start) {
 
 std::optional<clock_type::duration> reply_delay(std::string_view kind) {
   if (kind == "fast") return 0ms;
-  if (kind == "slow") return 40ms;
-  if (kind == "late") return 250ms;
+  if (kind == "slow") return 40ms * time_scale;
+  if (kind == "late") return 250ms * time_scale;
   return std::nullopt;  // "never"
 }
 
@@ -184,7 +189,7 @@ class exchange : public std::enable_shared_from_this<exchange> {
       ok = !req_.reply.empty() && std::string_view(reply_.data(), n) == req_.reply;
     } else if (timed_out) {
       std::printf("request %2d (%s): timed out after %.1f ms", number_, req_.kind.c_str(), ms);
-      ok = req_.reply.empty() && ms >= timeout_ms;
+      ok = req_.reply.empty() && ms >= timeout_ms();
     } else {
       std::printf("request %2d (%s): %s after %.1f ms", number_, req_.kind.c_str(),
                   ec.message().c_str(), ms);
@@ -240,29 +245,38 @@ std::vector<request> echo_server_requests() {
   return out;
 }
 
-std::optional<unsigned short> parse_port(int argc, char** argv) {
-  if (argc != 3 || std::string_view(argv[1]) != "--port") return std::nullopt;
-  const std::string_view text = argv[2];
-  unsigned port = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-  if (ec != std::errc() || end != text.data() + text.size() || port == 0 || port > 65535) {
+std::optional<unsigned> parse_number(std::string_view text, unsigned low, unsigned high) {
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < low || value > high) {
     return std::nullopt;
   }
-  return static_cast<unsigned short>(port);
+  return value;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::optional<unsigned short> external_port;
-  if (argc > 1) {
-    external_port = parse_port(argc, argv);
-    if (!external_port) {
-      std::fprintf(stderr, "usage: %s [--port P]   (P: an idle_echo_server on 127.0.0.1)\n",
+  for (int i = 1; i < argc; i += 2) {
+    const std::string_view option = argv[i];
+    const auto value = i + 1 < argc ? parse_number(argv[i + 1], 1, option == "--port" ? 65535 : 100)
+                                    : std::nullopt;
+    if (value && option == "--port") {
+      external_port = static_cast<unsigned short>(*value);
+    } else if (value && option == "--scale") {
+      time_scale = static_cast<int>(*value);
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--port P] [--scale N]   (P: an idle_echo_server on 127.0.0.1; "
+                   "N: 1 to 100)\n",
                    argv[0]);
       return 2;
     }
   }
+  read_timeout *= time_scale;
+  io_timeout *= time_scale;
+  give_up_after *= time_scale;
 
   asio::io_context ctx;
   const auto loopback = asio::ip::address_v4::loopback();
