@@ -54,6 +54,7 @@
 //                     [--lib both|asio|twheel] [--clock wall|cpu] [--unlocked]
 //                     [--tick-us T] [--slack-us S] (twheel's wheel_options; default: its defaults)
 //                     [--watchdog S (default 300, 0: off)]
+//                     [--spread-trace]  (spread: lateness by 50 ms of the window, per run)
 //                     [--expiry-scale F (valgrind only)]
 //        bench_timers --memory asio|twheel N      (internal: one memory measurement)
 
@@ -126,6 +127,9 @@ twheel::wheel_options& wheel_options_to_set() {
 // The clock of the arm, churn and cancel timings: wall (steady_clock, the default) or,
 // with --clock cpu, this thread's CPU time (ignores time spent preempted on a busy machine).
 bool g_cpu_clock = false;
+
+// --spread-trace: after each spread repetition, the lateness by 50 ms of the window.
+bool g_spread_trace = false;
 
 std::int64_t timestamp_ns() {
   if (g_cpu_clock) return thread_cpu_ns();
@@ -513,6 +517,30 @@ struct spread_result {
   double wakeups = bench::na;  // twheel: stats().wakeups during run()
 };
 
+// Where in the window the lateness is: one line per 50 ms of deadlines.
+void print_spread_trace(const char* lib, std::size_t n, const inputs& in,
+                        const std::vector<std::int64_t>& late_ns) {
+  constexpr std::int64_t bucket_ns = 50'000'000;
+  std::vector<std::vector<std::int64_t>> buckets(spread_window_ns / bucket_ns);
+  for (std::size_t i = 0; i < n; ++i) {
+    buckets[static_cast<std::size_t>(in.spread_ns[i] / bucket_ns)].push_back(late_ns[i]);
+  }
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    auto& v = buckets[b];
+    if (v.empty()) continue;
+    std::sort(v.begin(), v.end());
+    const auto at = [&](double q) {
+      return static_cast<double>(v[std::min(v.size() - 1, static_cast<std::size_t>(
+                                                            q * static_cast<double>(v.size())))]) *
+             1e-3;
+    };
+    std::printf("spread-trace %s n=%zu window %4zu-%4zu ms: %7zu deadlines, lateness us p50 "
+                "%9.1f p99 %9.1f max %9.1f\n",
+                lib, n, b * 50, b * 50 + 50, v.size(), at(0.5), at(0.99),
+                static_cast<double>(v.back()) * 1e-3);
+  }
+}
+
 template <class Timer>
 spread_result bench_spread(std::size_t n, const inputs& in) {
   boost::asio::io_context ctx(g_concurrency_hint);
@@ -561,6 +589,7 @@ spread_result bench_spread(std::size_t n, const inputs& in) {
       if (late[i] < 0) ++r.negative;
       if (slots[i].deadline < run_wall) ++r.due_before_run;
     }
+    if (g_spread_trace) print_spread_trace(lib_name<Timer>(), n, in, late);
     std::sort(late.begin(), late.end());
     const auto pct = [&](double q) {
       const auto i = std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n)));
@@ -804,7 +833,7 @@ int usage() {
                "                    [--workloads arm,churn,floor,cancel,burst,spread,wakeups,memory]\n"
                "                    [--lib both|asio|twheel]\n"
                "                    [--clock wall|cpu] [--unlocked] [--tick-us T] [--slack-us S]\n"
-               "                    [--watchdog S] [--expiry-scale F]\n"
+               "                    [--watchdog S] [--expiry-scale F] [--spread-trace]\n"
                "       bench_timers --memory asio|twheel N\n");
   return 2;
 }
@@ -844,6 +873,8 @@ int main(int argc, char** argv) {
       wheel_options_to_set().tick = std::chrono::microseconds(std::atoi(argv[++i]));
     } else if (a == "--slack-us" && i + 1 < argc) {
       wheel_options_to_set().slack = std::chrono::microseconds(std::atoi(argv[++i]));
+    } else if (a == "--spread-trace") {
+      g_spread_trace = true;
     } else if (a == "--unlocked") {
       g_concurrency_hint = BOOST_ASIO_CONCURRENCY_HINT_UNSAFE;
     } else if (a == "--watchdog" && i + 1 < argc) {

@@ -96,9 +96,31 @@ void timing_wheel::file(wheel_entry& entry) noexcept {
   // entries went, one level down (else it would be found only a rotation later).
   if (level == early_level_ && elapsed_ < early_start_ &&
       (filed >> (detail::slot_bits * level)) == (early_start_ >> (detail::slot_bits * level))) {
-    --level;
+    file_early(entry);
+    return;
   }
   file_at(level, filed, entry);
+}
+
+void timing_wheel::file_early(wheel_entry& entry) noexcept {
+  const unsigned level = early_level_ - 1;
+  if (!staged_pending_) {
+    file_at(level, entry.deadline_, entry);
+    return;
+  }
+  const auto slot = static_cast<unsigned>((entry.deadline_ >> (detail::slot_bits * level)) &
+                                          detail::slot_mask);
+  staged_.push(slot, entry, entry.deadline_);
+  entry.where_ = static_cast<std::uint16_t>(level * detail::slots_per_level + slot);
+}
+
+void timing_wheel::join_staged() noexcept {
+  if (staged_pending_ && elapsed_ >= early_from_) {
+    // Level early_level_ - 1 holds nothing else now: its last slot before early_start_
+    // was taken, and what was filed since lies inside that slot, hence lower.
+    wheel_[early_level_ - 1].merge(staged_);
+    staged_pending_ = false;
+  }
 }
 
 void timing_wheel::file_at(unsigned level, std::uint64_t tick, wheel_entry& entry) noexcept {
@@ -192,19 +214,19 @@ bool timing_wheel::has_due() const noexcept {
 }
 
 std::optional<timing_wheel::early_ref> timing_wheel::early_candidate() const noexcept {
+  // One at a time, until its slot starts: file() redirects into one slot's range only.
+  if (levels_ < 4) return std::nullopt;
+  if (early_level_ != 0 && (elapsed_ < early_start_ || early_mask_ != 0)) return std::nullopt;
   // Only the slot right after each level's current one, and not the top level, whose
-  // slots may hold parked entries of later rotations.
-  for (unsigned level = 2; level + 1 < levels_; ++level) {
+  // slots may hold parked entries of later rotations. The coarsest first: it has the most
+  // entries and the longest to go, and a finer crowded slot passed over is still
+  // cascaded at its start.
+  for (unsigned level = levels_ - 2; level >= 2 && level + 1 < levels_; --level) {
     const unsigned shift = detail::slot_bits * level;
     const std::uint64_t start = ((elapsed_ >> shift) + 1) << shift;
     const auto slot = static_cast<unsigned>((start >> shift) & detail::slot_mask);
-    // One early cascade per slot start: while the wheel's time is before it, file()
-    // redirects only the level of the first one.
-    if (early_level_ != 0 && start == early_start_) continue;
     const auto& lv = wheel_[level];
     if ((lv.occupied() >> slot & 1u) == 0 || !lv.crowded(slot)) continue;
-    // Lower levels hold only deadlines before `start`; the first crowded one found is the
-    // nearest (a coarser level's next slot cannot start earlier).
     return early_ref{level, slot, start, start - (std::uint64_t{1} << (shift - detail::slot_bits))};
   }
   return std::nullopt;
@@ -221,13 +243,18 @@ void timing_wheel::cascade_early(wheel_entry& entry) noexcept {
     file(entry);
     return;
   }
-  file_at(early_level_ - 1, deadline, entry);
+  file_early(entry);
 }
 
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
-  if (has_due()) return from_tick(elapsed_);
+  // A crowded slot to cascade early is begun at once: the sooner, the more idle time the
+  // walk can use.
+  if (has_due() || early_candidate()) return from_tick(elapsed_);
   const auto slot = next_slot();
-  if (!slot) return std::nullopt;
+  if (!slot) {
+    if (staged_pending_) return from_tick(early_from_);
+    return std::nullopt;
+  }
   std::uint64_t at = slot->start;
   // A coarse slot need not be cascaded before its earliest deadline: nothing in it can be
   // due sooner, and advance() cascades and detaches in one call, so the owner wakes once
@@ -238,10 +265,8 @@ std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept
     const std::uint64_t earliest = wheel_[slot->level].earliest(slot->slot);
     if (earliest > at) at = earliest;
   }
-  // A crowded slot cascaded early is walked from `from` on, whatever comes due before it.
-  if (const auto early = early_candidate(); early && early->from < at) {
-    at = early->from > elapsed_ ? early->from : elapsed_;
-  }
+  // Staged entries join their level at early_from_ (all of them are due after it).
+  if (staged_pending_ && early_from_ < at) at = early_from_;
   return from_tick(at);
 }
 
@@ -312,6 +337,7 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     if (slot && slot->start <= target && (early_mask_ == 0 || slot->start < early_start_)) {
       elapsed_ = slot->start;
       taken_mask_ |= wheel_[slot->level].take(slot->slot, taken_);
+      join_staged();  // after the take: the staged entries are not due yet
       continue;
     }
     if (early_mask_ != 0) {
@@ -321,16 +347,16 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       }
       continue;
     }
-    const auto early = early_candidate();
-    if (!early || target < early->from) {
-      elapsed_ = target;
-      break;
-    }
     // Nothing is due before `target`: the wheel's time may move there first.
     elapsed_ = target;
+    join_staged();
+    const auto early = early_candidate();
+    if (!early) break;
     early_mask_ = wheel_[early->level].take(early->slot, early_);
     early_level_ = early->level;
     early_start_ = early->start;
+    early_from_ = early->from;
+    staged_pending_ = elapsed_ < early_from_;
     ++counters_.cascaded_early;
   }
   return detached;
@@ -343,10 +369,13 @@ std::size_t timing_wheel::detach_all(wheel_entry_list& out) noexcept {
     auto& lv = wheel_[level];
     for (unsigned slot = 0; slot < detail::slots_per_level; ++slot) lv.take(slot, taken_);
   }
+  for (unsigned slot = 0; slot < detail::slots_per_level; ++slot) staged_.take(slot, taken_);
   for (auto& lane : taken_) all.splice(all.end(), lane);
   for (auto& lane : early_) all.splice(all.end(), lane);
   taken_mask_ = 0;
   early_mask_ = 0;
+  early_level_ = 0;  // nothing left to redirect to
+  staged_pending_ = false;
   std::size_t count = 0;
   for (auto& e : all) {
     e.where_ = detail::where_detached;

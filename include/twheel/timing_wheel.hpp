@@ -32,14 +32,19 @@
 // comes due is examined one entry of each lane in turn, so that walking a crowded slot is
 // 8 independent chains of cache misses rather than one (see wheel_level.hpp).
 //
-// A crowded slot of level L >= 2 (below the top) is cascaded early: from the start of the
-// last level L-1 slot before it, in bounded steps between the due work, each entry moved
-// straight to the level L-1 slot of its deadline's digit. Those slots are then a rotation
-// ahead of level L-1's current slot (the last one), which the ring search of next_slot()
-// already reads as the next rotation; nothing else is in level L-1 then, and the finer
-// levels hold only deadlines before the slot. So the walk of a million entries filed
-// together overlaps the last 64^(L-1) ticks before them instead of delaying them, and no
-// entry is examined for being due by it (nothing in the slot can be due before its start).
+// A crowded slot of level L >= 2 (below the top) is cascaded early: as soon as it is the
+// next slot of its level, in bounded steps between the due work, each entry sorted by the
+// level L-1 slot of its deadline's digit. Until the start of the last level L-1 slot
+// before it ("from"), level L-1's own slots are still in use, so the sorted entries wait
+// in a level of their own (staged_); at "from" that level is merged into level L-1 in 512
+// splices. Its slots are then a rotation ahead of level L-1's current slot (the last one),
+// which the ring search of next_slot() already reads as the next rotation; nothing else is
+// in level L-1 then, and the finer levels hold only deadlines before the slot. So the walk
+// of a million entries filed together happens while the wheel is otherwise idle, up to
+// 64^L ticks before them, instead of delaying them, and no entry is examined for being due
+// by it (nothing in the slot can be due before its start). One slot is cascaded early at a
+// time, the coarsest first, until its start; meanwhile deadlines filed into its range go
+// where its entries went.
 //
 // Entries are intrusive (Boost.Intrusive list hooks): insert and remove never allocate.
 // The wheel is not thread-safe; its owner locks.
@@ -227,9 +232,10 @@ class timing_wheel {
   /// is the start of the earliest non-empty slot or, for a slot below the top level with
   /// fewer than detail::crowded_slot entries, the earliest deadline filed into it if that
   /// is later (so a sparse coarse slot is cascaded by the same advance() that detaches
-  /// its first due entry, and a crowded one before its first entry is due); earlier when a
-  /// crowded slot of level 2 or more is to be cascaded early (from the start of the last
-  /// slot of the level below before it). Never after the earliest deadline. Entries may
+  /// its first due entry, and a crowded one before its first entry is due); now when a
+  /// crowded slot of level 2 or more is to be cascaded early, and no later than the start
+  /// of the last slot of the level below before it while its entries wait for that level.
+  /// Never after the earliest deadline. Entries may
   /// be re-filed then instead of detached (lazy, parked or coarse entries), but never
   /// detached before their deadline. Empty when nothing is pending.
   /// A time at or before now() means "call advance() now". O(levels).
@@ -292,6 +298,10 @@ class timing_wheel {
   std::optional<early_ref> early_candidate() const noexcept;
   // Moves one entry of early_ on to level early_level_ - 1 (or re-files it).
   void cascade_early(wheel_entry& entry) noexcept;
+  // Files an entry due inside the slot cascaded early where its walked entries go.
+  void file_early(wheel_entry& entry) noexcept;
+  // From early_from_ on, staged_ joins its level.
+  void join_staged() noexcept;
   struct slot_ref {
     unsigned level;
     unsigned slot;
@@ -310,9 +320,14 @@ class timing_wheel {
   unsigned taken_mask_ = 0;   // lanes of taken_ that may hold entries (remove() may empty one)
   detail::slot_lanes<wheel_entry> early_;  // a crowded slot being cascaded early
   unsigned early_mask_ = 0;   // lanes of early_ that may hold entries
-  unsigned early_level_ = 0;  // the level of the slot cascaded early (0: none yet)
+  unsigned early_level_ = 0;  // the level of the slot cascaded early (0: none)
   std::uint64_t early_start_ = 0;  // ... and its start tick (filing into it is redirected
                                    // while the wheel's time is before it)
+  std::uint64_t early_from_ = 0;   // ... and the start of the last level-below slot before it
+  // Entries of the slot cascaded early, by their slot of the level below, while the wheel's
+  // time is before early_from_. They name that slot already (where_), so remove() works.
+  detail::wheel_level<wheel_entry> staged_;
+  bool staged_pending_ = false;  // staged_ is not merged into its level yet
   wheel_counters counters_;
 };
 

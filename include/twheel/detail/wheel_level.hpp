@@ -101,6 +101,20 @@ class wheel_level {
     return taken;
   }
 
+  // Moves every entry of `other` to the same slot and lane here, with its slot's earliest
+  // deadline and count; `other` is left empty. Entries keep naming the slot they are in.
+  void merge(wheel_level& other) noexcept {
+    for (std::uint64_t todo = other.occupied_; todo != 0; todo &= todo - 1) {
+      const unsigned slot = ctz64(todo);
+      const std::uint64_t earliest = other.earliest_[slot];
+      const std::uint32_t filed = other.filed_[slot];
+      if (other.take(slot, slots_[slot]) == 0) continue;  // emptied by removals
+      occupied_ |= std::uint64_t{1} << slot;
+      if (earliest < earliest_[slot]) earliest_[slot] = earliest;
+      filed_[slot] += filed;
+    }
+  }
+
   static bool all_empty(const slot_lanes<Entry>& lanes) noexcept {
     for (const auto& lane : lanes) {
       if (!lane.empty()) return false;
