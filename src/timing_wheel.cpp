@@ -157,9 +157,8 @@ void timing_wheel::reschedule(wheel_entry& entry, duration deadline) noexcept {
 bool timing_wheel::remove(wheel_entry& entry) noexcept {
   const std::uint16_t where = entry.where_;
   if (where == detail::where_idle) return false;
-  // The entry may sit in its slot, in overdue_ or taken_ (its slot came due) or in a
-  // caller's list;
-  // unlinking a node of a circular list does not need to know which.
+  // The entry may sit in its slot, in overdue_, taken_ or early_ (its slot was taken), in
+  // staged_ or in a caller's list: unlinking a node of a circular list needs no owner.
   unlink(entry);
   entry.where_ = detail::where_idle;
   if (where == detail::where_detached) return false;
