@@ -78,12 +78,12 @@ void timing_wheel::unlink(wheel_entry& entry) noexcept {
   list::node_algorithms::unlink(list::value_traits::to_node_ptr(entry));
 }
 
-void timing_wheel::file(wheel_entry& entry) noexcept {
+std::uint64_t timing_wheel::file(wheel_entry& entry) noexcept {
   const std::uint64_t deadline = entry.deadline_;
   if (deadline <= elapsed_) {
     overdue_.push_back(entry);
     entry.where_ = detail::where_due;
-    return;
+    return elapsed_;
   }
   // Park deadlines beyond the top level's reach inside it: the slot then comes due no
   // later than the deadline, and the entry is re-filed from there.
@@ -96,22 +96,20 @@ void timing_wheel::file(wheel_entry& entry) noexcept {
   // entries went, one level down (else it would be found only a rotation later).
   if (level == early_level_ && elapsed_ < early_start_ &&
       (filed >> (detail::slot_bits * level)) == (early_start_ >> (detail::slot_bits * level))) {
-    file_early(entry);
-    return;
+    return file_early(entry);
   }
-  file_at(level, filed, entry);
+  return file_at(level, filed, entry);
 }
 
-void timing_wheel::file_early(wheel_entry& entry) noexcept {
+std::uint64_t timing_wheel::file_early(wheel_entry& entry) noexcept {
   const unsigned level = early_level_ - 1;
-  if (!staged_pending_) {
-    file_at(level, entry.deadline_, entry);
-    return;
-  }
+  if (!staged_pending_) return file_at(level, entry.deadline_, entry);
   const auto slot = static_cast<unsigned>((entry.deadline_ >> (detail::slot_bits * level)) &
                                           detail::slot_mask);
   staged_.push(slot, entry, entry.deadline_);
   entry.where_ = static_cast<std::uint16_t>(level * detail::slots_per_level + slot);
+  // next_expiry() already stops at early_from_ for the staged entries.
+  return early_from_;
 }
 
 void timing_wheel::join_staged() noexcept {
@@ -123,35 +121,36 @@ void timing_wheel::join_staged() noexcept {
   }
 }
 
-void timing_wheel::file_at(unsigned level, std::uint64_t tick, wheel_entry& entry) noexcept {
-  const auto slot = static_cast<unsigned>((tick >> (detail::slot_bits * level)) &
-                                          detail::slot_mask);
-  wheel_[level].push(slot, entry, entry.deadline_);
+std::uint64_t timing_wheel::file_at(unsigned level, std::uint64_t tick,
+                                     wheel_entry& entry) noexcept {
+  const unsigned shift = detail::slot_bits * level;
+  const auto slot = static_cast<unsigned>((tick >> shift) & detail::slot_mask);
+  const bool crowded = wheel_[level].push(slot, entry, entry.deadline_);
   entry.where_ = static_cast<std::uint16_t>(level * detail::slots_per_level + slot);
+  // A slot that just became crowded may be due for an early cascade now.
+  return crowded ? elapsed_ : (tick >> shift) << shift;
 }
 
-void timing_wheel::insert(wheel_entry& entry, duration deadline) noexcept {
+timing_wheel::duration timing_wheel::insert(wheel_entry& entry, duration deadline) noexcept {
   assert(!entry.is_pending() && "twheel: insert() of an entry that is already pending");
   if (entry.where_ == detail::where_detached) unlink(entry);
   entry.deadline_ = deadline_tick(deadline);
-  file(entry);
+  const std::uint64_t floor = file(entry);
   ++size_;
   ++counters_.inserted;
+  return from_tick(floor);
 }
 
-void timing_wheel::reschedule(wheel_entry& entry, duration deadline) noexcept {
-  if (!entry.is_pending()) {
-    insert(entry, deadline);
-    return;
-  }
+timing_wheel::duration timing_wheel::reschedule(wheel_entry& entry, duration deadline) noexcept {
+  if (!entry.is_pending()) return insert(entry, deadline);
   const std::uint64_t tick = deadline_tick(deadline);
   if (tick >= entry.deadline_) {
     // Its slot comes due no later than the old deadline, so no later than the new one.
     entry.deadline_ = tick;
-    return;
+    return duration::max();
   }
   remove(entry);
-  insert(entry, deadline);
+  return insert(entry, deadline);
 }
 
 bool timing_wheel::remove(wheel_entry& entry) noexcept {

@@ -8,12 +8,11 @@ namespace twheel {
 // Throws only if the driver cannot be armed (then the caller takes the wait back).
 void wheel_service::file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline) {
   ++stats_.pending;
-  if (timer.is_pending()) {
-    wheel_.reschedule(timer, deadline);
-  } else {
-    wheel_.insert(timer, deadline);
-  }
-  ensure_driver();
+  const std::chrono::nanoseconds floor = timer.is_pending() ? wheel_.reschedule(timer, deadline)
+                                                            : wheel_.insert(timer, deadline);
+  // The wheel's next expiry is no earlier than `floor` unless it was already: a driver
+  // wanted by then needs nothing, and next_expiry() (a scan of the levels) is skipped.
+  if (!driver_->wanted_by(floor)) ensure_driver();
 }
 
 // Undoes file_wait() for a wait that was not accepted after all.

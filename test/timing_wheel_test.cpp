@@ -1357,6 +1357,66 @@ BOOST_AUTO_TEST_CASE(next_expiry_when_something_is_due) {
   BOOST_TEST(!h.wheel.next_expiry().has_value());
 }
 
+// insert() and reschedule() report a time next_expiry() was not lowered below by the call
+// (the service then skips its scan of the levels when its driver is already set by that
+// time): checked after every call, through overdue entries, crowded slots, early
+// cascades and their staging, with the wheel advancing in bounded steps.
+BOOST_AUTO_TEST_CASE(insert_reports_how_far_next_expiry_may_have_moved) {
+  {
+    // The slot's start; now() for the entry that makes the next slot of level 2 crowded
+    // (its early cascade is due at once).
+    auto crowd = make_items(twheel::detail::crowded_slot);
+    timing_wheel fresh(make_config(1ms, 6));
+    for (std::size_t i = 0; i + 1 < crowd.size(); ++i) {
+      BOOST_TEST_REQUIRE((fresh.insert(crowd[i], 4100ms) == ns(4096ms)));
+    }
+    BOOST_TEST((fresh.next_expiry() == ns(4100ms)));
+    BOOST_TEST((fresh.insert(crowd.back(), 4100ms) == ns(0)));
+    BOOST_TEST((fresh.next_expiry() == ns(0)));
+    BOOST_TEST((fresh.reschedule(crowd[0], 5000ms) == ns_max));  // later: stored only
+  }
+  auto items = make_items(6000);
+  timing_wheel w(make_config(8us, 6));
+  std::mt19937_64 rng(11);
+  const auto below = [&](std::uint64_t n) { return static_cast<std::int64_t>(rng() % n); };
+  wheel_entry_list out;
+  ns now{0};
+  std::size_t lowered = 0;
+  std::size_t to_now = 0;
+  for (int round = 0; round < 60000; ++round) {
+    item& e = items[rng() % items.size()];
+    const ns before = w.next_expiry().value_or(ns_max);
+    ns deadline;
+    switch (rng() % 4) {
+      case 0: deadline = now + ns(below(5'000'000'000)); break;     // within 5 s
+      case 1: deadline = now + 2200ms + ns(below(1'000'000)); break;  // a cluster: crowded
+      case 2: deadline = now - ns(below(100'000)); break;             // already due
+      default: deadline = now + ns(below(50'000'000)); break;         // within 50 ms
+    }
+    ns floor;
+    if (e.is_pending() && rng() % 2 == 0) {
+      floor = w.reschedule(e, deadline);
+    } else {
+      w.remove(e);
+      floor = w.insert(e, deadline);
+    }
+    const ns after = w.next_expiry().value_or(ns_max);
+    BOOST_TEST_REQUIRE((after >= before || after >= floor),
+                       "round " << round << ": next_expiry " << after.count() << " < floor "
+                                << floor.count() << " and < before " << before.count());
+    if (after < before) ++lowered;
+    if (floor == w.now()) ++to_now;
+    if (round % 40 == 0) {
+      now += ns(below(3'000'000));
+      w.advance(now, out, 500);
+      out.clear();
+    }
+  }
+  BOOST_TEST(w.counters().cascaded_early > 0u);
+  BOOST_TEST(lowered > 1000u);  // the check saw next_expiry move
+  BOOST_TEST(to_now > 1000u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------

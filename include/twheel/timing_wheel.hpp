@@ -209,12 +209,19 @@ class timing_wheel {
   /// Files an idle or detached entry (a detached one is first unlinked from the caller's
   /// list). Deadlines at or before the current tick are due at the next advance().
   /// Precondition: the entry is not pending in any wheel. O(1), never allocates.
-  void insert(wheel_entry& entry, duration deadline) noexcept;
+  ///
+  /// @returns A time that next_expiry() was not lowered below by this call: the start of
+  /// the slot the entry went to, or now() when advance() has work sooner because of it (a
+  /// deadline already due, or a slot it made crowded). An owner whose wake-up is set no
+  /// later than that need not read next_expiry() again.
+  duration insert(wheel_entry& entry, duration deadline) noexcept;
 
   /// Changes the deadline of a pending entry. Later: stores it only (the entry is re-filed
   /// when its current slot comes due). Earlier: re-files it. An entry that is not pending
   /// is inserted. O(1).
-  void reschedule(wheel_entry& entry, duration deadline) noexcept;
+  ///
+  /// @returns As insert(); duration::max() when the deadline only moved later.
+  duration reschedule(wheel_entry& entry, duration deadline) noexcept;
 
   /// Takes an entry out of the wheel, or out of the caller's list it was detached into.
   /// Returns true if it was pending in the wheel. Idle entries are left alone. O(1).
@@ -280,10 +287,11 @@ class timing_wheel {
 
   duration from_tick(std::uint64_t tick) const noexcept;
   std::uint64_t divide_by_tick(std::uint64_t n) const noexcept;
-  void file(wheel_entry& entry) noexcept;
+  // Files an entry by its deadline; returns the tick insert() reports.
+  std::uint64_t file(wheel_entry& entry) noexcept;
   // Links `entry` into the slot of `level` that holds `tick` (its deadline, or where it is
-  // parked).
-  void file_at(unsigned level, std::uint64_t tick, wheel_entry& entry) noexcept;
+  // parked) and returns that slot's start, or the current tick if it made the slot crowded.
+  std::uint64_t file_at(unsigned level, std::uint64_t tick, wheel_entry& entry) noexcept;
   static void unlink(wheel_entry& entry) noexcept;
   // True if overdue_, taken_ or early_ holds an entry: advance() has work now.
   bool has_due() const noexcept;
@@ -298,8 +306,9 @@ class timing_wheel {
   std::optional<early_ref> early_candidate() const noexcept;
   // Moves one entry of early_ on to level early_level_ - 1 (or re-files it).
   void cascade_early(wheel_entry& entry) noexcept;
-  // Files an entry due inside the slot cascaded early where its walked entries go.
-  void file_early(wheel_entry& entry) noexcept;
+  // Files an entry due inside the slot cascaded early where its walked entries go; returns
+  // as file().
+  std::uint64_t file_early(wheel_entry& entry) noexcept;
   // From early_from_ on, staged_ joins its level.
   void join_staged() noexcept;
   struct slot_ref {

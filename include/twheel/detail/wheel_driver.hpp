@@ -35,6 +35,9 @@ class wheel_driver {
   // Makes sure a pass runs at `next` (+ slack if it is after `now`) or earlier. Throws
   // only if the wake-up cannot be allocated; then nothing changed.
   void ensure(std::chrono::nanoseconds next, std::chrono::nanoseconds now);
+  // True if a pass is already wanted at `t` or earlier: ensure(next) with next >= t would
+  // change nothing.
+  bool wanted_by(std::chrono::nanoseconds t) const noexcept { return armed_at_ && *armed_at_ <= t; }
   // No pass wanted: nothing may keep run() from returning.
   void disarm() noexcept;
   // Whether a wake-up of `generation` is the one still wanted; either way the wake-up is

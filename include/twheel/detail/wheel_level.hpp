@@ -64,12 +64,13 @@ class wheel_level {
  public:
   wheel_level() noexcept { earliest_.fill(none); }
 
-  // `deadline`: the entry's deadline tick, kept as the slot's earliest if it is.
-  void push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
+  // `deadline`: the entry's deadline tick, kept as the slot's earliest if it is. Returns
+  // true if this entry made the slot crowded.
+  bool push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
     slots_[slot][lane_of(deadline)].push_back(e);
-    ++filed_[slot];
     occupied_ |= std::uint64_t{1} << slot;
     if (deadline < earliest_[slot]) earliest_[slot] = deadline;
+    return ++filed_[slot] == crowded_slot;
   }
 
   // Call after an entry of `slot` was unlinked without the list: keeps the bit honest.
