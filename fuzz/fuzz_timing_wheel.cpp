@@ -76,7 +76,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     switch (op % 5) {
       case 0:
         if (!model.count(it.id)) {
-          wheel.insert(it, std::chrono::nanoseconds(now + delta - tick_ns));
+          const auto before = wheel.next_expiry();
+          const auto floor = wheel.insert(it, std::chrono::nanoseconds(now + delta - tick_ns));
+          // next_expiry() was not lowered below what insert() reports (or was already).
+          const auto after = wheel.next_expiry();
+          check(after && (*after >= floor || (before && *after >= *before)));
           model[it.id] = ceil_tick(now + delta - tick_ns);
           it.overdue = model[it.id] <= wheel.current_tick();
         }
@@ -88,7 +92,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (!model.count(it.id) || ceil_tick(now + delta) < model[it.id]) {
           it.overdue = ceil_tick(now + delta) <= wheel.current_tick();
         }
-        wheel.reschedule(it, std::chrono::nanoseconds(now + delta));
+        {
+          const auto before = wheel.next_expiry();
+          const auto floor = wheel.reschedule(it, std::chrono::nanoseconds(now + delta));
+          const auto after = wheel.next_expiry();
+          check(after && (*after >= floor || (before && *after >= *before)));
+        }
         model[it.id] = ceil_tick(now + delta);
         break;
       default: {
