@@ -87,8 +87,11 @@ void wheel_service::shutdown() {
     records_.unreserve_all();
     stats_.pending = 0;
     if (driver_) driver_->release();
-    // The scheduler shuts down after us and destroys what it holds, ours included.
-    if (scheduler_) hand_over(doomed);
+    // The scheduler shuts down after us and destroys what it holds, ours included (and
+    // flush_, which then finds its batch gone).
+    doomed.ops.push(deferred_);
+    doomed.count += std::exchange(deferred_count_, 0);
+    if (scheduler_) hand_over_now(doomed);
     doomed.ops.push(stranded_);
   }
   // Destroying handlers may destroy timers, which call back into destroy(): unlocked.

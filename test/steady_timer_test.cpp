@@ -1866,6 +1866,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(run_returns_the_number_of_handlers, Timer, timer_t
   BOOST_TEST(calls == 10);
 }
 
+// Waits aborted by separate calls complete in the order they were aborted, one handler
+// per operation of the context, whatever mix of cancel(), cancel_one(), expires_*() and
+// destruction aborted them.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(20))
+BOOST_AUTO_TEST_CASE_TEMPLATE(aborted_handlers_run_in_abort_order, Timer, timer_types) {
+  asio::io_context ctx;
+  std::vector<int> order;
+  std::vector<std::unique_ptr<Timer>> timers;
+  for (int i = 0; i < 5; ++i) {
+    timers.push_back(std::make_unique<Timer>(ctx, 10s));
+    timers.back()->async_wait([&order, i](error_code ec) {
+      BOOST_TEST(ec == aborted);
+      order.push_back(i);
+    });
+  }
+  BOOST_TEST(timers[2]->cancel() == 1u);
+  BOOST_TEST(timers[0]->expires_after(20s) == 1u);
+  BOOST_TEST(timers[4]->cancel_one() == 1u);
+  timers[3].reset();
+  BOOST_TEST(timers[1]->expires_at(Timer::clock_type::now() + 30s) == 1u);
+  BOOST_TEST(order.empty());
+  BOOST_TEST(ctx.poll_one() == 1u);
+  BOOST_TEST((order == std::vector<int>{2}));
+  // (No count here: twheel's poll() also counts the wheel's own internal wait, cancelled
+  // when the last pending wait went; see the README's differences.)
+  ctx.poll();
+  BOOST_TEST((order == std::vector<int>{2, 0, 4, 3, 1}));
+}
+
 // The handlers of waits that expire together spread over the threads running the context:
 // with two threads, two of them run at the same time.
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(60))

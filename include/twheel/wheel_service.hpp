@@ -211,6 +211,18 @@ class wheel_service : public boost::asio::execution_context::service {
  private:
   using lock_type = detail::service_lock;
   class record_runner;
+  // The one operation that carries the aborted waits of many calls to the context
+  // (hand_over()); a member, so queueing it allocates nothing.
+  class flush_op : public detail::scheduler_op {
+   public:
+    explicit flush_op(wheel_service* self) noexcept
+        : detail::scheduler_op(&flush_op::do_complete), self_(self) {}
+
+   private:
+    static void do_complete(void* owner, detail::scheduler_op* base,
+                            const boost::system::error_code&, std::size_t);
+    wheel_service* self_;
+  };
 
   void shutdown() override;
 
@@ -242,6 +254,8 @@ class wheel_service : public boost::asio::execution_context::service {
                            detail::wait_result result, settled& out) noexcept;
   std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept;
   void hand_over(settled& batch) noexcept;
+  void hand_over_now(settled& batch) noexcept;
+  void flush_aborted(bool invoke);
   void ensure_driver();
   static void wake(void* self, std::uint64_t generation, bool from_timer,
                    const boost::system::error_code& ec);
@@ -260,6 +274,10 @@ class wheel_service : public boost::asio::execution_context::service {
   timing_wheel wheel_;
   detail::completion_queue records_;           // settled waits, reserved per pending wait
   detail::scheduler_op_queue stranded_;        // records no executor took (out of memory)
+  detail::scheduler_op_queue deferred_;        // settled waits waiting for flush_ to run
+  std::size_t deferred_count_ = 0;
+  bool flush_queued_ = false;                  // flush_ is in the scheduler's queue
+  flush_op flush_{this};
   boost::asio::detail::scheduler* scheduler_ = nullptr;  // the context's, if it has one
   bool shut_down_ = false;
   std::optional<detail::wheel_driver> driver_;  // made by the first attach
