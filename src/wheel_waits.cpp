@@ -130,11 +130,11 @@ std::size_t wheel_service::cancel_one(detail::timer_state& timer) {
 std::size_t wheel_service::expires_at(detail::timer_state& timer,
                                       clock_type::time_point deadline) {
   lock_type lock(mutex_);
-  const std::size_t count = abort_waits(timer, static_cast<std::size_t>(-1));
-  // Later: only the deadline is stored and the entry is re-filed when its old slot comes
-  // due (the cheap path of re-arming timeouts). Earlier: re-filed now.
-  if (timer.is_pending()) wheel_.reschedule(timer, wheel_time(deadline));
-  return count;
+  (void)deadline;
+  // Every wait is aborted, so the entry stays where it is, waitless, until the next
+  // async_wait files the new expiry (a later one only stored, an earlier one re-filed).
+  // Re-filing it here as well cost a second reschedule per re-arm.
+  return abort_waits(timer, static_cast<std::size_t>(-1));
 }
 
 void wheel_service::destroy(detail::timer_state& timer) noexcept {
