@@ -5,10 +5,13 @@
 
 #include <twheel/detail/op_queue.hpp>
 
-#include <boost/asio/append.hpp>
 #include <boost/asio/associated_allocator.hpp>
-#include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/allocator.hpp>
+#include <boost/asio/execution/blocking.hpp>
+#include <boost/asio/execution/executor.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/recycling_allocator.hpp>
+#include <boost/system/error_code.hpp>
 
 #include <memory>
 #include <utility>
@@ -70,8 +73,33 @@ class inline_wait_op : public wait_op {
   }
 };
 
+// A settled wait's handler with its result, as a nullary function for an executor.
+template <class Handler>
+struct bound_wait_handler {
+  Handler handler;
+  boost::system::error_code ec;
+  void operator()() { std::move(handler)(ec); }
+};
+
+// Runs `f` on `ex`, inline when the caller is already running on it (what dispatch does),
+// the way Asio's own handler_work completes an I/O operation: straight on the handler's
+// executor. dispatch(ex, handler) would wrap a handler that has an associated executor
+// (one bound to a strand) in a work_dispatcher, which goes through the strand a second
+// time and copies the strand (an atomic reference count on a line the threads share)
+// three more times.
+template <class Executor, class Function, class Allocator>
+void complete_on(const Executor& ex, Function&& f, const Allocator& alloc) {
+  if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+    boost::asio::prefer(ex, boost::asio::execution::blocking.possibly,
+                        boost::asio::execution::allocator(alloc))
+        .execute(std::forward<Function>(f));
+  } else {
+    ex.dispatch(std::forward<Function>(f), alloc);  // a Networking TS executor
+  }
+}
+
 // A wait whose handler runs on another executor (a strand, another context, ...): `work`
-// keeps that executor's context alive while pending; completes through dispatch().
+// keeps that executor's context alive while pending, and is what it completes on.
 template <class Handler, class WorkExecutor>
 class dispatch_wait_op : public wait_op {
  public:
@@ -91,7 +119,8 @@ class dispatch_wait_op : public wait_op {
     WorkExecutor work(std::move(op->work_));
     free_op(op, handler);
     if (invoke) {
-      boost::asio::dispatch(work.executor(), boost::asio::append(std::move(handler), ec));
+      const auto alloc = boost::asio::get_associated_allocator(handler);
+      complete_on(work.executor(), bound_wait_handler<Handler>{std::move(handler), ec}, alloc);
     }
   }
 };
