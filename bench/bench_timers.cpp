@@ -15,7 +15,10 @@
 //           what the machine itself costs; also with a mutex per pick, and churn as a
 //           multiple of it (runs with churn).
 //   cancel  N timers armed (not timed); time cancel() on each plus the ctx.poll() that
-//           runs the N aborted handlers: ns per timer.
+//           runs the N aborted handlers: ns per timer. Beside it, handler-floor: N
+//           handlers of the same kind posted to an io_context (not timed), then the poll()
+//           that runs them: what Asio's scheduler itself costs per handler, which every
+//           aborted or expired wait pays in both libraries (each is one operation).
 //   burst   N timers armed with one common deadline in the future; ctx.run() until the
 //           last handler. Three views of the same run (handlers per second):
 //             burst      wall time from the deadline (or from entering run(), if later)
@@ -65,6 +68,7 @@
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/system/error_code.hpp>
 
@@ -439,6 +443,22 @@ double bench_cancel(std::size_t n, const inputs& in) {
     expect_eq(lib_name<Timer>(), "cancel", n, "aborted handlers", c.errors, n);
   }
   return ns;
+}
+
+// 3b. handler-floor: ns per handler for io_context::poll() to run N already-posted
+// handlers (the counting handler, posted with asio::post: one operation each).
+double bench_handler_floor(std::size_t n) {
+  boost::asio::io_context ctx(g_concurrency_hint);
+  counters c;
+  const boost::system::error_code aborted = boost::asio::error::operation_aborted;
+  for (std::size_t i = 0; i < n; ++i) {
+    boost::asio::post(ctx, [h = counting_handler(&c), aborted]() mutable { h(aborted); });
+  }
+  const std::int64_t t0 = timestamp_ns();
+  ctx.poll();
+  const std::int64_t t1 = timestamp_ns();
+  expect_eq("floor", "handler-floor", n, "handlers run", c.calls, n);
+  return static_cast<double>(t1 - t0) / static_cast<double>(n);
 }
 
 // 4. burst expiry.
@@ -1007,6 +1027,12 @@ int main(int argc, char** argv) {
       interleave(reps, "cancel", n, [&] { a.push_back(bench_cancel<asio_timer>(n, in)); },
                  [&] { t.push_back(bench_cancel<wheel_timer>(n, in)); });
       add_row("cancel", n, a, t, "ns/timer", "(aborted handler included)", false);
+      std::vector<double> h;
+      for (int rep = 0; rep < reps; ++rep) h.push_back(bench_handler_floor(n));
+      g_report.add(bench::row{"handler-floor", n, bench::median(h), bench::median(h),
+                              bench::na, "ns/handler",
+                              "(Asio's scheduler running posted handlers, no timer)"},
+                   bench::better::none);
     }
     if (wants(workloads, "burst")) {
       std::vector<double> aw, ac, af, tw, tc, tf;
