@@ -183,6 +183,8 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     settled fired;
     while (!due.empty()) {
       auto& timer = static_cast<detail::timer_state&>(due.pop_front());
+      // A timer whose waits were all cancelled kept its place until now: it leaves.
+      if (!timer.has_waits()) continue;
       // An idle timer touched since it was filed: re-filed at its last touch + period.
       if (timer.idle && refile_idle(timer, now)) continue;
       const std::size_t count =

@@ -112,19 +112,20 @@ bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) 
   return true;
 }
 
+// A timer left without waits keeps its place in the wheel, as after expires_*(): taking it
+// out would write its two neighbours in the slot's list, random other timers at scale
+// (two cache misses the unlock then waits for). The next async_wait reuses the place (a
+// later expiry is only stored); if none comes, the driver drops the entry when its slot
+// comes due, and is not armed for it once no wait is pending (abort_waits()). Only the
+// timer's destruction unlinks it.
 std::size_t wheel_service::cancel(detail::timer_state& timer) {
   lock_type lock(mutex_);
-  const std::size_t count = abort_waits(timer, static_cast<std::size_t>(-1));
-  // A timer with no waits leaves the wheel, so it cannot keep the driver busy.
-  wheel_.remove(timer);
-  return count;
+  return abort_waits(timer, static_cast<std::size_t>(-1));
 }
 
 std::size_t wheel_service::cancel_one(detail::timer_state& timer) {
   lock_type lock(mutex_);
-  const std::size_t count = abort_waits(timer, 1);
-  if (!timer.has_waits()) wheel_.remove(timer);
-  return count;
+  return abort_waits(timer, 1);
 }
 
 std::size_t wheel_service::expires_at(detail::timer_state& timer,
@@ -161,8 +162,7 @@ void wheel_service::cancel_wait(detail::wait_canceller& canceller) noexcept {
   settle_op(canceller.op_, detail::wait_result::aborted, aborted);
   --stats_.pending;
   ++stats_.cancelled;
-  if (!timer->has_waits()) wheel_.remove(*timer);
-  hand_over(aborted);
+  hand_over(aborted);  // the timer keeps its place, as in cancel()
   if (stats_.pending == 0) disarm_driver();
 }
 

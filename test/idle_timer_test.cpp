@@ -394,6 +394,31 @@ BOOST_AUTO_TEST_CASE(cancel_aborts_the_wait) {
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
 
+// A cancelled idle timer keeps its place in the wheel, but touches no longer keep it
+// there: when its slot comes due it leaves, however recently it was touched.
+BOOST_AUTO_TEST_CASE(a_cancelled_timer_leaves_the_wheel_though_touched) {
+  asio::io_context ctx;
+  idle_timer idle(ctx, 10ms);
+  outcome out;
+  idle.async_wait(out.handler());
+  BOOST_TEST(idle.cancel() == 1u);
+  BOOST_TEST(twheel::stats(ctx).timers == 1u);
+  twheel::steady_timer anchor(ctx, 80ms);  // keeps the driver running past the period
+  outcome anchored;
+  anchor.async_wait(anchored.handler());
+  toucher t(ctx, idle, 2ms, wall::now() + 100ms);
+  t.start();
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(out.calls == 1);
+  BOOST_TEST(out.ec == aborted);
+  BOOST_TEST(anchored.calls == 1);
+  BOOST_TEST(t.count > 10);
+  const auto s = twheel::stats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.timers == 0u);
+}
+
 // cancel() from a handler, while the wait is in its second (re-armed) period.
 BOOST_AUTO_TEST_CASE(cancel_after_a_rearm_aborts_the_wait) {
   asio::io_context ctx;

@@ -489,6 +489,53 @@ BOOST_AUTO_TEST_CASE(level_boundaries_never_early) {
   }
 }
 
+// A timer whose waits were all cancelled keeps its place in the wheel (taking it out would
+// write two other timers), is reused by its next wait, and is dropped, unfired and
+// without a wake-up of its own, when its slot comes due while other waits are pending.
+BOOST_AUTO_TEST_CASE(a_cancelled_timer_keeps_its_place_until_its_slot_comes_due) {
+  asio::io_context ctx;
+  wait_log log;
+  twheel::steady_timer early(ctx, 5ms);
+  twheel::steady_timer later(ctx, 40ms);
+  twheel::steady_timer reused(ctx, 1h);
+  early.async_wait(log.handler(1));
+  later.async_wait(log.handler(2));
+  reused.async_wait(log.handler(3));
+  BOOST_TEST(early.cancel() == 1u);
+  BOOST_TEST(reused.cancel() == 1u);
+  auto s = wstats(ctx);
+  BOOST_TEST(s.pending == 1u);
+  BOOST_TEST(s.timers == 3u);
+  reused.expires_after(20ms);
+  reused.async_wait(log.handler(4));  // files the new expiry in the same entry
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 2u);
+  BOOST_TEST(s.timers == 3u);
+
+  BOOST_TEST(run_until(ctx, [&] { return log.count(2) == 1 && log.count(4) == 1; }));
+  BOOST_TEST(log.ec(1) == aborted);
+  BOOST_TEST(log.ec(3) == aborted);
+  BOOST_TEST(log.ec(2) == success);
+  BOOST_TEST(log.ec(4) == success);
+  for (int id : {1, 2, 3, 4}) BOOST_TEST(log.count(id) == 1u, "wait " << id);
+  s = wstats(ctx);
+  BOOST_TEST(s.pending == 0u);
+  BOOST_TEST(s.timers == 0u);  // `early` left when its slot came due
+  BOOST_TEST(s.fired == 2u);
+  BOOST_TEST(s.cancelled == 2u);
+
+  // With nothing pending, a cancelled timer keeps nothing armed: run() returns at once.
+  early.expires_after(1h);
+  early.async_wait(log.handler(5));
+  BOOST_TEST(early.cancel() == 1u);
+  BOOST_TEST(wstats(ctx).timers == 1u);
+  ctx.restart();
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ms(r.elapsed) < 500);
+  BOOST_TEST(log.ec(5) == aborted);
+}
+
 // ---------------------------------------------------------------------------------------
 // 2. stats()
 // ---------------------------------------------------------------------------------------
@@ -534,13 +581,13 @@ BOOST_AUTO_TEST_CASE(stats_counts_are_exact) {
   s = wstats(ctx);
   BOOST_TEST(s.pending == 6u);
   BOOST_TEST(s.cancelled == 2u);
-  BOOST_TEST(s.timers == 5u);  // a timer left without waits leaves the wheel
+  BOOST_TEST(s.timers == 6u);  // a timer left without waits keeps its place
 
   BOOST_TEST(one.cancel_one() == 1u);
   s = wstats(ctx);
   BOOST_TEST(s.pending == 5u);
   BOOST_TEST(s.cancelled == 3u);
-  BOOST_TEST(s.timers == 5u);  // still has wait 5
+  BOOST_TEST(s.timers == 6u);  // still has wait 5
 
   BOOST_TEST(rearmed.expires_after(10ms) == 1u);
   s = wstats(ctx);
@@ -549,19 +596,19 @@ BOOST_AUTO_TEST_CASE(stats_counts_are_exact) {
   rearmed.async_wait(log.handler(9));
   s = wstats(ctx);
   BOOST_TEST(s.pending == 5u);
-  BOOST_TEST(s.timers == 5u);
+  BOOST_TEST(s.timers == 6u);
 
   sig.emit(asio::cancellation_type::terminal);
   s = wstats(ctx);
   BOOST_TEST(s.pending == 4u);
   BOOST_TEST(s.cancelled == 5u);
-  BOOST_TEST(s.timers == 4u);
+  BOOST_TEST(s.timers == 6u);
 
   doomed.reset();
   s = wstats(ctx);
   BOOST_TEST(s.pending == 3u);
   BOOST_TEST(s.cancelled == 6u);
-  BOOST_TEST(s.timers == 3u);
+  BOOST_TEST(s.timers == 5u);  // a destroyed timer leaves
   BOOST_TEST(s.fired == 0u);
   BOOST_TEST(log.total() == 0u);  // counters move at once; no handler ran yet
 
@@ -571,7 +618,7 @@ BOOST_AUTO_TEST_CASE(stats_counts_are_exact) {
   BOOST_TEST(s.fired == 2u);
   BOOST_TEST(s.pending == 1u);  // wait 5
   BOOST_TEST(s.cancelled == 6u);
-  BOOST_TEST(s.timers == 1u);
+  BOOST_TEST(s.timers == 3u);  // one, and all and perop without waits (1 h)
   BOOST_TEST(s.wakeups >= 1u);
   BOOST_TEST(s.rejected == 0u);
 
@@ -579,7 +626,7 @@ BOOST_AUTO_TEST_CASE(stats_counts_are_exact) {
   s = wstats(ctx);
   BOOST_TEST(s.pending == 0u);
   BOOST_TEST(s.cancelled == 7u);
-  BOOST_TEST(s.timers == 0u);
+  BOOST_TEST(s.timers == 3u);
 
   auto r = run_ctx(ctx);
   BOOST_TEST(!r.timed_out);
@@ -1352,7 +1399,7 @@ BOOST_AUTO_TEST_CASE(move_then_per_operation_cancellation) {
     sig.emit(asio::cancellation_type::terminal);
     BOOST_TEST(wstats(ctx).pending == 0u);
     BOOST_TEST(wstats(ctx).cancelled == 1u);
-    BOOST_TEST(wstats(ctx).timers == 0u);
+    BOOST_TEST(wstats(ctx).timers == 1u);  // t2 keeps its place, without waits
     sig.emit(asio::cancellation_type::terminal);  // again, before completion
     BOOST_TEST(wstats(ctx).cancelled == 1u);
     auto r = run_ctx(ctx);
@@ -1895,7 +1942,7 @@ BOOST_AUTO_TEST_CASE(stop_and_restart_with_waits_pending) {
   BOOST_TEST(log.ec(5) == success);
   s = wstats(ctx);
   BOOST_TEST(s.pending == 0u);
-  BOOST_TEST(s.timers == 0u);
+  BOOST_TEST(s.timers == 1u);  // doomed, cancelled, keeps its place
   BOOST_TEST(s.fired == 2u + calls.size() + 1u);
   BOOST_TEST(s.cancelled == 2u);
 }
