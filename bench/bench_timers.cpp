@@ -37,8 +37,9 @@
 //           the number of negative ones (a wait completed early: counted as a failure),
 //           and twheel's driver wake-ups (stats().wakeups during run()).
 //   wakeups the spread run for each library once more, in a child process under
-//           `strace -f -c -e trace=epoll_wait,timerfd_settime`: the reactor's wake-ups and
-//           timer re-settings as the kernel saw them (needs strace).
+//           `strace -f -e trace=epoll_wait,timerfd_settime`: the reactor's waits (and of
+//           them the blocking ones, with a non-zero timeout) and timer re-settings as the
+//           kernel saw them (needs strace).
 //   memory  in a separate process per measurement (this program re-executed with
 //           --memory <lib> <n>): N timers each with one pending async_wait, in a
 //           std::vector<std::optional<Timer>> allocated before the baseline. Reported:
@@ -746,12 +747,15 @@ memory_result measure_memory(const char* lib, std::size_t n) {
 }
 
 // 7. wake-ups of the spread workload, counted by strace: the spread run for one library in
-// a child process (this program, re-executed) under `strace -f -c`, which counts the
-// epoll_wait and timerfd_settime calls of the whole child (a few of them come from arming
-// the timers, the rest are the wake-ups of the run). --seccomp-bpf stops the child only at
-// those two calls, so the rest of the run is not slowed down.
+// a child process (this program, re-executed) under `strace -f`, which logs the epoll_wait
+// and timerfd_settime calls of the whole child (a few of them come from arming the timers,
+// the rest are the wake-ups of the run). --seccomp-bpf stops the child only at those two
+// calls, so the rest of the run is not slowed down. An epoll_wait with a zero timeout is a
+// poll that did not sleep (Asio's reactor polls so when handlers are queued); the others
+// could block, and are the wake-ups.
 struct traced_result {
   double epoll_wait = bench::na;
+  double epoll_wait_blocking = bench::na;  // of those, the ones with a non-zero timeout
   double timerfd_settime = bench::na;
   double stats_wakeups = bench::na;  // twheel: what stats() counted in that same run
 };
@@ -767,10 +771,22 @@ std::string wheel_option_args() {
 
 bool have_strace() { return std::system("command -v strace >/dev/null 2>&1") == 0; }
 
+// The timeout argument of a logged `epoll_wait(fd, events, max, timeout) = n` call (one
+// line: the run's epoll_wait calls come from its one thread), or nothing.
+std::optional<long> epoll_timeout(const std::string& line) {
+  const std::size_t result = line.rfind("= ");  // strace pads before it
+  if (result == std::string::npos) return std::nullopt;
+  const std::size_t close = line.rfind(')', result);
+  if (close == std::string::npos) return std::nullopt;
+  const std::size_t comma = line.rfind(", ", close);
+  if (comma == std::string::npos) return std::nullopt;
+  return std::strtol(line.c_str() + comma + 2, nullptr, 10);
+}
+
 traced_result traced_spread(const char* lib, std::size_t n) {
   traced_result r;
   const std::string out = "/tmp/twheel-bench-strace-" + std::to_string(getpid()) + "-" + lib;
-  const std::string cmd = "strace -f --seccomp-bpf -c -e trace=epoll_wait,timerfd_settime -o '" +
+  const std::string cmd = "strace -f --seccomp-bpf -e trace=epoll_wait,timerfd_settime -o '" +
                           out + "' '" + g_self + "' --lib " + lib +
                           " --workloads spread --reps 1 --sizes " + std::to_string(n) +
                           wheel_option_args();
@@ -788,24 +804,28 @@ traced_result traced_spread(const char* lib, std::size_t n) {
   const int status = pclose(p);
   std::ifstream f(out);
   std::string line;
-  bool header = false;
+  std::size_t epolls = 0, blocking = 0, settimes = 0, unparsed = 0;
+  bool exited = false;
   while (std::getline(f, line)) {
-    std::istringstream is(line);
-    std::vector<std::string> tok;
-    for (std::string t; is >> t;) tok.push_back(t);
-    if (!tok.empty() && tok.back() == "syscall") header = true;
-    if (tok.size() < 5) continue;
-    if (tok.back() == "epoll_wait") r.epoll_wait = std::strtod(tok[3].c_str(), nullptr);
-    if (tok.back() == "timerfd_settime") r.timerfd_settime = std::strtod(tok[3].c_str(), nullptr);
+    if (line.find("+++ exited with") != std::string::npos) exited = true;
+    if (line.find("timerfd_settime(") != std::string::npos) ++settimes;
+    if (line.find("epoll_wait(") == std::string::npos) continue;
+    ++epolls;
+    if (const auto timeout = epoll_timeout(line)) {
+      if (*timeout != 0) ++blocking;
+    } else {
+      ++unparsed;
+    }
   }
   std::remove(out.c_str());
-  if (status != 0 || !header) {
-    fail("traced spread run failed (status " + std::to_string(status) + "): " + cmd);
+  if (status != 0 || !exited || unparsed != 0) {
+    fail("traced spread run failed (status " + std::to_string(status) + ", " +
+         std::to_string(unparsed) + " epoll_wait line(s) not understood): " + cmd);
     return traced_result{};
   }
-  // Absent from the summary: not called at all.
-  if (std::isnan(r.epoll_wait)) r.epoll_wait = 0;
-  if (std::isnan(r.timerfd_settime)) r.timerfd_settime = 0;
+  r.epoll_wait = static_cast<double>(epolls);
+  r.epoll_wait_blocking = static_cast<double>(blocking);
+  r.timerfd_settime = static_cast<double>(settimes);
   return r;
 }
 
@@ -1121,7 +1141,11 @@ int main(int argc, char** argv) {
         const traced_result t = traced_spread("twheel", n);
         alarm(0);
         g_report.add(bench::row{"epoll_wait", n, a.epoll_wait, t.epoll_wait, bench::na, "calls",
-                                "(spread run under strace -f -c, one run each)"},
+                                "(spread run under strace -f, one run each)"},
+                     bench::better::lower);
+        g_report.add(bench::row{"epoll_wait-blocking", n, a.epoll_wait_blocking,
+                                t.epoll_wait_blocking, bench::na, "calls",
+                                "(same runs: those with a non-zero timeout, the wake-ups)"},
                      bench::better::lower);
         g_report.add(bench::row{"timerfd_settime", n, a.timerfd_settime, t.timerfd_settime,
                                 bench::na, "calls", "(same runs)"},
