@@ -249,8 +249,9 @@ def run(args, port):
     return check, summary
 
 
-def start_server(path, idle_timeout_ms):
-    server = subprocess.Popen([path, "--port", "0", "--idle-timeout-ms", str(idle_timeout_ms)],
+def start_server(path, idle_timeout_ms, timer):
+    server = subprocess.Popen([path, "--port", "0", "--idle-timeout-ms", str(idle_timeout_ms),
+                               "--timer", timer],
                               stdout=subprocess.PIPE, text=True)
     line = server.stdout.readline()
     if not line.startswith("listening on "):
@@ -280,6 +281,8 @@ def main():
     target.add_argument("--port", type=int, help="port of a running idle_echo_server")
     target.add_argument("--server", help="idle_echo_server binary to start and stop")
     parser.add_argument("--clients", type=int, default=2000)
+    parser.add_argument("--timer", choices=("twheel", "asio"), default="twheel",
+                        help="with --server: the server's --timer")
     parser.add_argument("--idle-timeout-ms", type=int, required=True,
                         help="the server's --idle-timeout-ms")
     parser.add_argument("--talk-ms", type=int, default=50, help="talkers send this often")
@@ -309,7 +312,7 @@ def attempt_once(args):
     server = None
     port = args.port
     if args.server:
-        server, port = start_server(args.server, args.idle_timeout_ms)
+        server, port = start_server(args.server, args.idle_timeout_ms, args.timer)
     try:
         check, summary = run(args, port)
     except BaseException as e:

@@ -9,8 +9,13 @@
 // stops it, with the lateness of the idle closes as the server saw them: the close minus
 // (the last read's completion + T), from a clock read the example makes before touch()
 // for this report (so a close is never reported early unless it was). It measures the
-// wheel without the client's own delays. example/idle_echo_client.py drives it with
-// thousands of connections.
+// wheel without the client's own delays, for the silent connections (never read) and the
+// talkers (read at least once) apart. example/idle_echo_client.py drives it with thousands
+// of connections.
+//
+// With --timer asio it does the same with a boost::asio::steady_timer per connection,
+// re-armed on every read (expires_after() + async_wait(), as Beast's tcp_stream does before
+// each operation): the same load's lateness with Asio's own timers, for comparison.
 #include <twheel/idle_timer.hpp>
 #include <twheel/steady_timer.hpp>
 
@@ -20,6 +25,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include <sys/resource.h>
@@ -49,14 +55,17 @@ using clock_type = std::chrono::steady_clock;
 struct options {
   unsigned short port = 0;
   std::chrono::milliseconds idle_timeout{0};
+  bool asio_timers = false;  // --timer asio
   bool verbose = false;
 };
 
 void usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s --port P --idle-timeout-ms T [--verbose]\n"
+               "usage: %s --port P --idle-timeout-ms T [--timer twheel|asio] [--verbose]\n"
                "  P  port on 127.0.0.1, 0..65535 (0: any free port)\n"
-               "  T  close a connection after T ms without a received byte, 1..86400000\n",
+               "  T  close a connection after T ms without a received byte, 1..86400000\n"
+               "  --timer  twheel::idle_timer (the default) or a boost::asio::steady_timer\n"
+               "           re-armed on every read\n",
                argv0);
 }
 
@@ -80,10 +89,13 @@ std::optional<options> parse_options(int argc, char** argv) {
       opts.verbose = true;
       continue;
     }
-    if (arg != "--port" && arg != "--idle-timeout-ms") return std::nullopt;
+    if (arg != "--port" && arg != "--idle-timeout-ms" && arg != "--timer") return std::nullopt;
     if (i + 1 == argc) return std::nullopt;
     const std::string_view value = argv[++i];
-    if (arg == "--port") {
+    if (arg == "--timer") {
+      if (value != "twheel" && value != "asio") return std::nullopt;
+      opts.asio_timers = value == "asio";
+    } else if (arg == "--port") {
       const auto port = parse_number(value, 65535);
       if (!port) return std::nullopt;
       opts.port = static_cast<unsigned short>(*port);
@@ -117,7 +129,9 @@ struct counters {
   std::uint64_t closed_idle = 0;
   std::uint64_t closed_by_peer = 0;
   std::uint64_t closed_at_shutdown = 0;
-  std::vector<double> idle_close_late_ms;  // per idle close: close - (last read + T)
+  // per idle close: close - (last read + T), for connections never read and the others
+  std::vector<double> silent_close_late_ms;
+  std::vector<double> talker_close_late_ms;
 };
 
 class server;
@@ -126,18 +140,23 @@ class connection : public std::enable_shared_from_this<connection> {
  public:
   connection(tcp::socket socket, server& owner);
   void start();
+  void start_with_asio_timer();  // --timer asio
   void close(close_reason why);
 
  private:
   void read();
   void on_read(const error_code& ec, std::size_t n);
+  void on_read_with_asio_timer(const error_code& ec, std::size_t n);
+  void arm_asio_timer();
 
   tcp::socket socket_;
   twheel::idle_timer idle_;
+  std::optional<asio::steady_timer> asio_idle_;  // --timer asio: used instead of idle_
   server& server_;
   tcp::endpoint peer_;
   clock_type::time_point last_read_{};  // for the lateness report: set by start(), reads
   bool closed_ = false;
+  std::uint64_t reads_ = 0;  // reads started: more than one once a read has completed
   std::array<char, 4096> buffer_{};
 };
 
@@ -178,7 +197,12 @@ class server {
         return;
       }
       ++stats_.accepted;
-      std::make_shared<connection>(std::move(socket), *this)->start();
+      const auto c = std::make_shared<connection>(std::move(socket), *this);
+      if (opts_.asio_timers) {
+        c->start_with_asio_timer();
+      } else {
+        c->start();
+      }
       accept();
     });
   }
@@ -203,6 +227,7 @@ class server {
 connection::connection(tcp::socket socket, server& owner)
     : socket_(std::move(socket)), idle_(socket_.get_executor(), owner.opts().idle_timeout),
       server_(owner) {
+  if (owner.opts().asio_timers) asio_idle_.emplace(socket_.get_executor());
   error_code ignored;
   peer_ = socket_.remote_endpoint(ignored);
 }
@@ -219,10 +244,31 @@ void connection::start() {
 }
 // [snippet-end]
 
+// --timer asio: the same with Asio's timer, re-armed on every read.
+void connection::start_with_asio_timer() {
+  server_.add(this);
+  last_read_ = clock_type::now();
+  arm_asio_timer();
+  read();
+}
+
+// Each arm aborts the previous wait, whose handler then does nothing.
+void connection::arm_asio_timer() {
+  asio_idle_->expires_after(server_.opts().idle_timeout);
+  asio_idle_->async_wait([self = shared_from_this()](const error_code& ec) {
+    if (!ec) self->close(close_reason::idle);
+  });
+}
+
 void connection::read() {
+  ++reads_;
   socket_.async_read_some(asio::buffer(buffer_),
                           [self = shared_from_this()](const error_code& ec, std::size_t n) {
-                            self->on_read(ec, n);
+                            if (self->asio_idle_) {
+                              self->on_read_with_asio_timer(ec, n);
+                            } else {
+                              self->on_read(ec, n);
+                            }
                           });
 }
 
@@ -247,6 +293,25 @@ void connection::on_read(const error_code& ec, std::size_t n) {
 }
 // [snippet-end]
 
+void connection::on_read_with_asio_timer(const error_code& ec, std::size_t n) {
+  if (closed_) return;
+  if (ec) {
+    close(close_reason::peer);
+    return;
+  }
+  last_read_ = clock_type::now();
+  arm_asio_timer();
+  asio::async_write(socket_, asio::buffer(buffer_, n),
+                    [self = shared_from_this()](const error_code& write_ec, std::size_t) {
+                      if (self->closed_) return;
+                      if (write_ec) {
+                        self->close(close_reason::peer);
+                        return;
+                      }
+                      self->read();
+                    });
+}
+
 void connection::close(close_reason why) {
   if (closed_) return;
   closed_ = true;
@@ -256,8 +321,10 @@ void connection::close(close_reason why) {
     case close_reason::idle: {
       ++stats.closed_idle;
       const std::chrono::duration<double, std::milli> idle = clock_type::now() - last_read_;
-      stats.idle_close_late_ms.push_back(
-          (idle - std::chrono::duration<double, std::milli>(server_.opts().idle_timeout)).count());
+      (reads_ > 1 ? stats.talker_close_late_ms : stats.silent_close_late_ms)
+          .push_back(
+              (idle - std::chrono::duration<double, std::milli>(server_.opts().idle_timeout))
+                  .count());
       if (server_.opts().verbose) {
         std::printf("closed idle connection from %s:%u: no byte for %.1f ms\n",
                     peer_.address().to_string().c_str(), unsigned{peer_.port()}, idle.count());
@@ -272,6 +339,7 @@ void connection::close(close_reason why) {
       break;
   }
   idle_.cancel();
+  if (asio_idle_) asio_idle_->cancel();
   error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
@@ -309,7 +377,11 @@ int main(int argc, char** argv) {
       static_cast<unsigned long long>(s.accepted), static_cast<unsigned long long>(s.closed_idle),
       static_cast<unsigned long long>(s.closed_by_peer),
       static_cast<unsigned long long>(s.closed_at_shutdown));
-  std::printf("idle-close lateness after the last read + T, server side: %s\n",
-              percentiles(s.idle_close_late_ms).c_str());
+  std::vector<double> all = s.silent_close_late_ms;
+  all.insert(all.end(), s.talker_close_late_ms.begin(), s.talker_close_late_ms.end());
+  std::printf("idle-close lateness after the last read + T, server side (%s timers): %s\n",
+              opts->asio_timers ? "asio" : "twheel", percentiles(all).c_str());
+  std::printf("  silent: %s\n", percentiles(s.silent_close_late_ms).c_str());
+  std::printf("  talkers: %s\n", percentiles(s.talker_close_late_ms).c_str());
   return 0;
 }
