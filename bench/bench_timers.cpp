@@ -35,7 +35,10 @@
 //           start -> last handler), thread CPU ns per handler, lateness p50 / p99 / p99.9 /
 //           max (medians over repetitions), the smallest lateness of all repetitions and
 //           the number of negative ones (a wait completed early: counted as a failure),
-//           and twheel's driver wake-ups (stats().wakeups during run()).
+//           twheel's driver wake-ups (stats().wakeups during run(), passes included that
+//           did not sleep), and for both the thread's sleeps: its voluntary context
+//           switches during run() (getrusage), the wake-ups as the kernel counts them,
+//           with nothing traced.
 //   wakeups the spread run for each library once more, in a child process under
 //           `strace -f -e trace=epoll_wait,timerfd_settime`: the reactor's waits (and of
 //           them the blocking ones, with a non-zero timeout) and timer re-settings as the
@@ -74,6 +77,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -552,7 +556,16 @@ struct spread_result {
   std::uint64_t negative = 0;  // handlers that ran before their deadline
   std::uint64_t due_before_run = 0;  // deadlines already passed when run() was entered
   double wakeups = bench::na;  // twheel: stats().wakeups during run()
+  double sleeps = 0;  // voluntary context switches of the thread during run(): its sleeps
 };
+
+// The calling thread's voluntary context switches so far: each time it blocked (here, in
+// epoll_wait) and was woken. Counted by the kernel, with nothing traced.
+std::int64_t thread_sleeps() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_nvcsw;
+}
 
 // Where in the window the lateness is: one line per 50 ms of deadlines.
 void print_spread_trace(const char* lib, std::size_t n, const inputs& in,
@@ -612,7 +625,9 @@ spread_result bench_spread(std::size_t n, const inputs& in) {
     if constexpr (std::is_same_v<Timer, wheel_timer>) wakeups0 = twheel::stats(ctx).wakeups;
     const auto run_wall = clock_type::now();
     const std::int64_t run_cpu = thread_cpu_ns();
+    const std::int64_t sleeps0 = thread_sleeps();
     ctx.run();
+    r.sleeps = static_cast<double>(thread_sleeps() - sleeps0);
     if constexpr (std::is_same_v<Timer, wheel_timer>) {
       r.wakeups = static_cast<double>(twheel::stats(ctx).wakeups - wakeups0);
     }
@@ -1085,7 +1100,7 @@ int main(int argc, char** argv) {
       if (stats) print_stats(n, *stats);
     }
     if (wants(workloads, "spread")) {
-      std::vector<double> ar, tr, ac, tc, a50, t50, a99, t99, a999, t999, amax, tmax, tw;
+      std::vector<double> ar, tr, ac, tc, a50, t50, a99, t99, a999, t999, amax, tmax, tw, as, ts;
       double amin = bench::na, tmin = bench::na, aneg = bench::na, tneg = bench::na;
       std::uint64_t due_before_run = 0;
       const auto keep = [&](const spread_result& r, std::vector<double>& rate,
@@ -1104,11 +1119,16 @@ int main(int argc, char** argv) {
       };
       interleave(
           reps, "spread", n,
-          [&] { keep(bench_spread<asio_timer>(n, in), ar, ac, a50, a99, a999, amax, amin, aneg); },
+          [&] {
+            const auto r = bench_spread<asio_timer>(n, in);
+            keep(r, ar, ac, a50, a99, a999, amax, amin, aneg);
+            as.push_back(r.sleeps);
+          },
           [&] {
             const auto r = bench_spread<wheel_timer>(n, in);
             keep(r, tr, tc, t50, t99, t999, tmax, tmin, tneg);
             tw.push_back(r.wakeups);
+            ts.push_back(r.sleeps);
           });
       add_row("spread", n, ar, tr, "khandlers/s",
               "(deadlines uniform over 1 s; window start -> last handler; wall)", true);
@@ -1125,6 +1145,8 @@ int main(int argc, char** argv) {
                               "(ran before their deadline, all repetitions; must be 0)"},
                    bench::better::none);
       add_row("wakeups", n, {}, tw, "wakeups", "(twheel stats().wakeups during run())", false);
+      add_row("sleeps", n, as, ts, "sleeps",
+              "(voluntary context switches of the thread during run(), untraced)", false);
       if (due_before_run != 0) {
         std::printf("  note: %llu deadline(s) had passed before run() was entered (arming was "
                     "slow); their lateness includes that wait\n",
