@@ -112,8 +112,8 @@ bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) 
   return true;
 }
 
-// A timer left without waits keeps its place in the wheel, as after expires_*(): taking it
-// out would write its two neighbours in the slot's list, random other timers at scale
+// A timer's expires_*() calls this too. A timer left without waits keeps its place in the
+// wheel: taking it out would write its two neighbours in the slot's list, random other timers at scale
 // (two cache misses the unlock then waits for). The next async_wait reuses the place (a
 // later expiry is only stored); if none comes, the driver drops the entry when its slot
 // comes due, and is not armed for it once no wait is pending (abort_waits()). Only the
@@ -126,16 +126,6 @@ std::size_t wheel_service::cancel(detail::timer_state& timer) {
 std::size_t wheel_service::cancel_one(detail::timer_state& timer) {
   lock_type lock(mutex_);
   return abort_waits(timer, 1);
-}
-
-std::size_t wheel_service::expires_at(detail::timer_state& timer,
-                                      clock_type::time_point deadline) {
-  lock_type lock(mutex_);
-  (void)deadline;
-  // Every wait is aborted, so the entry stays where it is, waitless, until the next
-  // async_wait files the new expiry (a later one only stored, an earlier one re-filed).
-  // Re-filing it here as well cost a second reschedule per re-arm.
-  return abort_waits(timer, static_cast<std::size_t>(-1));
 }
 
 void wheel_service::destroy(detail::timer_state& timer) noexcept {

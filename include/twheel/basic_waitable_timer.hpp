@@ -269,7 +269,9 @@ class basic_waitable_timer {
     expiry_ = expiry_time;
     if (!state_.might_have_waits) return 0;  // the next async_wait files the new expiry
     state_.might_have_waits = false;
-    return service_->expires_at(state_, expiry_time);
+    // Aborting the waits is all: the entry keeps its place, waitless, and the next
+    // async_wait files the new expiry (a later one only stored, an earlier one re-filed).
+    return service_->cancel(state_);
   }
 
   /// Sets the timer's expiry time relative to now (saturating at the clock's limits

@@ -167,12 +167,11 @@ class wheel_service : public boost::asio::execution_context::service {
   void async_wait(detail::timer_state& timer, clock_type::time_point deadline,
                   Handler& handler, const IoExecutor& io_ex);
 
-  /// Aborts all / the first wait(s) of `timer`; returns how many.
+  /// Aborts all / the first wait(s) of `timer`; returns how many. Also a timer's
+  /// expires_*(): the entry keeps its place and the next wait files the new expiry.
   std::size_t cancel(detail::timer_state& timer);
   /// Aborts the oldest wait of `timer`; returns 0 or 1.
   std::size_t cancel_one(detail::timer_state& timer);
-  /// Aborts the waits of `timer` and records its new deadline; returns waits aborted.
-  std::size_t expires_at(detail::timer_state& timer, clock_type::time_point deadline);
   /// Aborts the waits of `timer` and takes it out of the wheel (timer destruction).
   void destroy(detail::timer_state& timer) noexcept;
   /// `to` (idle, no waits) takes over the place and the waits of `from`.
