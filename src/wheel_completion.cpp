@@ -135,6 +135,17 @@ void wheel_service::flush_op::do_complete(void* owner, detail::scheduler_op* bas
   static_cast<flush_op*>(base)->self_->flush_aborted(owner != nullptr);
 }
 
+// Takes the first record of `batch` out and hands the rest over at once: the caller runs
+// the first itself, as the handler of the operation it is running. Null for an empty batch.
+detail::completion* wheel_service::keep_first(settled& batch) noexcept {
+  if (batch.count == 0) return nullptr;
+  auto* first = static_cast<detail::completion*>(batch.ops.front());
+  batch.ops.pop();
+  --batch.count;
+  hand_over_now(batch);
+  return first;
+}
+
 // flush_ ran (invoke) or was destroyed by the scheduler's shutdown (which comes after ours,
 // so the batch is already gone: shutdown() destroyed it).
 void wheel_service::flush_aborted(bool invoke) {
@@ -142,16 +153,13 @@ void wheel_service::flush_aborted(bool invoke) {
   {
     lock_type lock(mutex_);
     flush_queued_ = false;
-    if (!invoke || deferred_count_ == 0) return;
-    first = static_cast<detail::completion*>(deferred_.front());
-    deferred_.pop();
-    settled rest;
-    rest.ops.push(deferred_);
-    rest.count = deferred_count_ - 1;
-    deferred_count_ = 0;
-    hand_over_now(rest);
+    if (!invoke) return;
+    settled batch;
+    batch.ops.push(deferred_);
+    batch.count = std::exchange(deferred_count_, 0);
+    first = keep_first(batch);
   }
-  first->run();
+  if (first) first->run();
 }
 
 void wheel_service::ensure_driver() {
@@ -192,12 +200,7 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
       stats_.pending -= count;
       stats_.fired += count;
     }
-    if (fired.count != 0) {
-      first = static_cast<detail::completion*>(fired.ops.front());
-      fired.ops.pop();
-      --fired.count;
-      hand_over_now(fired);
-    }
+    first = keep_first(fired);
     // Its own block went back to the driver's pool before this ran: ensure() finds it.
     if (stats_.pending != 0) ensure_driver();
   }

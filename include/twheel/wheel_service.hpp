@@ -254,6 +254,7 @@ class wheel_service : public boost::asio::execution_context::service {
   std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept;
   void hand_over(settled& batch) noexcept;
   void hand_over_now(settled& batch) noexcept;
+  detail::completion* keep_first(settled& batch) noexcept;
   void flush_aborted(bool invoke);
   void ensure_driver();
   static void wake(void* self, std::uint64_t generation, bool from_timer,
