@@ -147,6 +147,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void read();
   void on_read(const error_code& ec, std::size_t n);
   void on_read_with_asio_timer(const error_code& ec, std::size_t n);
+  void echo(std::size_t n);
   void arm_asio_timer();
 
   tcp::socket socket_;
@@ -281,15 +282,7 @@ void connection::on_read(const error_code& ec, std::size_t n) {
   }
   last_read_ = clock_type::now();  // the report's stamp, no later than touch()'s
   idle_.touch();
-  asio::async_write(socket_, asio::buffer(buffer_, n),
-                    [self = shared_from_this()](const error_code& write_ec, std::size_t) {
-                      if (self->closed_) return;
-                      if (write_ec) {
-                        self->close(close_reason::peer);
-                        return;
-                      }
-                      self->read();
-                    });
+  echo(n);  // writes the bytes back, then reads again
 }
 // [snippet-end]
 
@@ -301,6 +294,11 @@ void connection::on_read_with_asio_timer(const error_code& ec, std::size_t n) {
   }
   last_read_ = clock_type::now();
   arm_asio_timer();
+  echo(n);
+}
+
+// Writes back the n bytes read, then reads again.
+void connection::echo(std::size_t n) {
   asio::async_write(socket_, asio::buffer(buffer_, n),
                     [self = shared_from_this()](const error_code& write_ec, std::size_t) {
                       if (self->closed_) return;
