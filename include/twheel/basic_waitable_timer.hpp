@@ -465,10 +465,16 @@ class basic_waitable_timer {
     return wheel_service::of(boost::asio::query(ex, boost::asio::execution::context));
   }
 
+  // Every line of service_ .. expiry_ (the bytes a re-arm touches, up to 88 of them, so up
+  // to three lines): one address in each. Prefetching state_ and expiry_ alone missed the
+  // middle line of one timer in four in a vector of timers.
   void prefetch_hot_fields() const noexcept {
 #if defined(__GNUC__)
-    __builtin_prefetch(&state_, 1);
-    __builtin_prefetch(&expiry_, 1);
+    const char* first = reinterpret_cast<const char*>(&service_);
+    const char* last = reinterpret_cast<const char*>(&expiry_ + 1) - 1;
+    __builtin_prefetch(first, 1);
+    __builtin_prefetch(first + 64, 1);
+    __builtin_prefetch(last, 1);
 #endif
   }
 
