@@ -2093,6 +2093,40 @@ BOOST_AUTO_TEST_CASE(single_threaded_contexts_take_no_lock) {
   }
 }
 
+// The wheel's lock excludes: threads that find it held spin, then sleep in the kernel and
+// are woken by the unlock. A holder that keeps it for milliseconds forces the sleeping
+// path; an unguarded read-modify-write in the critical section loses increments if two
+// threads are ever inside at once.
+BOOST_AUTO_TEST_CASE(the_wheels_lock_excludes_and_wakes_sleepers) {
+  twheel::detail::service_mutex mutex(true);
+  constexpr int threads = 4;
+  constexpr int rounds = 20000;
+  std::uint64_t guarded = 0;  // plain: only the lock protects it
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> ready{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < threads) std::this_thread::yield();  // start together
+      for (int i = 0; i < rounds; ++i) {
+        std::lock_guard<twheel::detail::service_mutex> hold(mutex);
+        if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+        const std::uint64_t seen = guarded;
+        for (int k = 0; k < 50; ++k) inside.load();  // widen the window
+        // Now and then hold the lock long enough for the others to go to sleep on it.
+        if (t == 0 && i % 5000 == 0) std::this_thread::sleep_for(2ms);
+        guarded = seen + 1;
+        inside.fetch_sub(1);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  BOOST_TEST(overlaps.load() == 0);
+  BOOST_TEST(guarded == std::uint64_t{threads} * rounds);
+}
+
 // wheel_service::of() answers from a per-thread cache; a context made where a destroyed
 // one was (the allocator reuses the address) must get its own wheel, never the old one.
 BOOST_AUTO_TEST_CASE(wheel_lookup_never_returns_a_destroyed_contexts_wheel) {
