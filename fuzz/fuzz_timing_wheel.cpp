@@ -116,7 +116,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::vector<int> got;
         std::uint64_t last_tick = 0;
         for (;;) {
-          const std::size_t n = wheel.advance(std::chrono::nanoseconds(now), out, bound);
+          // A bounded call bounds the early cascade's walk too, as the service does.
+          const std::size_t n = wheel.advance(std::chrono::nanoseconds(now), out, bound, bound);
           std::size_t seen = 0;
           while (!out.empty()) {
             auto& e = static_cast<item&>(out.front());

@@ -1,6 +1,7 @@
 // The non-template core of twheel: see the design comment in timing_wheel.hpp.
 #include <twheel/timing_wheel.hpp>
 
+#include <algorithm>
 #include <cassert>
 #include <stdexcept>
 #include <string>
@@ -294,10 +295,12 @@ std::size_t walk_lanes(Lanes& lanes, unsigned& mask, std::size_t budget, Visit&&
 }  // namespace
 
 std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
-                                  std::size_t max_entries) {
+                                  std::size_t max_entries, std::size_t max_early) {
   std::uint64_t target = tick_of(now);
   if (target < elapsed_) target = elapsed_;
   std::size_t examined = 0;
+  std::size_t early_examined = 0;
+  if (max_early == 0) max_early = 1;
   std::size_t detached = 0;
   // Compare with the slot's start, not with target: entries due later than this slot are
   // re-filed so that a late advance still hands them out in deadline order.
@@ -339,9 +342,13 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       continue;
     }
     if (early_mask_ != 0) {
-      while (early_mask_ != 0 && examined < max_entries) {
-        examined += walk_lanes(early_, early_mask_, max_entries - examined,
-                               [this](wheel_entry& entry) { cascade_early(entry); });
+      if (early_examined >= max_early) break;
+      while (early_mask_ != 0 && examined < max_entries && early_examined < max_early) {
+        const std::size_t walked = walk_lanes(
+            early_, early_mask_, std::min(max_entries - examined, max_early - early_examined),
+            [this](wheel_entry& entry) { cascade_early(entry); });
+        examined += walked;
+        early_examined += walked;
       }
       continue;
     }

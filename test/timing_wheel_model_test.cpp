@@ -484,6 +484,8 @@ class model_run {
     std::int64_t n = gen_now();
     const bool bounded = chance(100);
     const std::size_t max_entries = bounded ? 1 + below(8) : unbounded;
+    // Half the bounded calls also bound the early cascade's walk, as the service does.
+    const std::size_t max_early = bounded && chance(500) ? 1 + below(4) : unbounded;
     const bool drain = bounded && chance(800);
     // The model's time never moves backwards. A now before the model's is only generated
     // when the previous advance was unbounded, so that the wheel's current time equals the
@@ -502,7 +504,7 @@ class model_run {
       const ns effective_now = std::max(ns(n), wheel_.now());
       const auto expired = wheel_.counters().expired;
       wheel_entry_list batch;
-      const std::size_t got = wheel_.advance(ns(n), batch, max_entries);
+      const std::size_t got = wheel_.advance(ns(n), batch, max_entries, max_early);
       MCHECK(got <= max_entries, got);
       MCHECK(wheel_.counters().expired == expired + got, "");
       // "advance() with a now before next_expiry() detaches nothing".

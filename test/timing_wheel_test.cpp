@@ -105,12 +105,12 @@ class harness {
   }
 
   std::vector<item*> advance(ns now, std::size_t max_entries = unbounded,
-                             bool check_order = true) {
+                             bool check_order = true, std::size_t max_early = unbounded) {
     if (now > latest_now_) latest_now_ = now;
     const std::size_t size_before = wheel.size();
     const std::uint64_t expired_before = wheel.counters().expired;
     wheel_entry_list out;
-    const std::size_t n = wheel.advance(now, out, max_entries);
+    const std::size_t n = wheel.advance(now, out, max_entries, max_early);
     std::vector<item*> got;
     while (!out.empty()) {
       auto& e = static_cast<item&>(out.front());
@@ -137,8 +137,8 @@ class harness {
   }
 
   std::vector<int> advance_ids(ns now, std::size_t max_entries = unbounded,
-                               bool check_order = true) {
-    return ids_of(advance(now, max_entries, check_order));
+                               bool check_order = true, std::size_t max_early = unbounded) {
+    return ids_of(advance(now, max_entries, check_order, max_early));
   }
 
   // inserted == removed + expired + size holds until detach_all() (which counts nothing).
@@ -1314,6 +1314,64 @@ BOOST_AUTO_TEST_CASE(a_crowded_slot_of_level_2_is_cascaded_early) {
   }
   BOOST_TEST(late_comer_fired);
   BOOST_TEST(fired == n - 3 + 1);  // all but the two removed and the one fired at 4050 ms
+  BOOST_TEST(h.wheel.empty());
+}
+
+// The early walk is idle-time work: each advance() walks at most max_early entries of it,
+// after detaching what is due, so that a wait coming due during a long walk is handed out
+// by the next call instead of after the whole walk.
+BOOST_AUTO_TEST_CASE(an_early_cascade_walks_at_most_max_early_entries_per_call) {
+  const std::size_t n = twheel::detail::crowded_slot + 500;
+  const std::size_t step = 64;
+  auto items = make_items(n);
+  std::vector<item> soon(40);
+  harness h;  // 1 ms tick: level 1 slots span 64 ms, level 2 slots 4096 ms
+  for (std::size_t i = 0; i < n; ++i) {
+    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
+  }
+  for (std::size_t i = 0; i < soon.size(); ++i) {
+    soon[i].id = -1 - static_cast<int>(i);
+    h.insert(soon[i], std::chrono::milliseconds(i + 1));
+  }
+  const auto cascaded = h.wheel.counters().cascaded;
+  std::size_t calls = 0;
+  std::size_t fired_soon = 0;
+  for (int ms = 0; h.wheel.counters().cascaded - cascaded < n; ++ms) {
+    BOOST_TEST_REQUIRE(ms < 1000);
+    const auto before = h.wheel.counters().cascaded;
+    const auto got = h.advance_ids(std::chrono::milliseconds(ms), unbounded, true, step);
+    ++calls;
+    // What was due at ms came out in this call, whatever the walk had left.
+    if (ms >= 1 && ms <= static_cast<int>(soon.size())) {
+      BOOST_TEST(got == std::vector<int>{-ms});
+      fired_soon += got.size();
+    } else {
+      BOOST_TEST(got.empty());
+    }
+    BOOST_TEST(h.wheel.counters().cascaded - before <= step);
+    const auto ne = h.wheel.next_expiry();
+    BOOST_TEST_REQUIRE(ne.has_value());
+    if (h.wheel.counters().cascaded - cascaded < n) {
+      BOOST_TEST(ne->count() <= ns(std::chrono::milliseconds(ms)).count());  // more walk now
+    }
+  }
+  BOOST_TEST(h.wheel.counters().cascaded_early == 1u);
+  BOOST_TEST(calls == (n + step - 1) / step);  // each call walked a full step but the last
+  // The walked entries are still handed out at their deadlines, and nothing is lost.
+  std::size_t fired = 0;
+  for (int ms = static_cast<int>(calls); ms <= 4096 + 300; ++ms) {
+    for (const item* e : h.advance(std::chrono::milliseconds(ms))) {
+      if (e->id < 0) {
+        ++fired_soon;
+        BOOST_TEST(ms == -e->id);
+      } else {
+        ++fired;
+        BOOST_TEST(ms == 4096 + e->id % 300);
+      }
+    }
+  }
+  BOOST_TEST(fired == n);
+  BOOST_TEST(fired_soon == soon.size());
   BOOST_TEST(h.wheel.empty());
 }
 

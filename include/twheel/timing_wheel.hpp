@@ -232,8 +232,14 @@ class timing_wheel {
   /// at most `max_entries` are examined, so one call is bounded even when a crowded
   /// coarse slot cascades. Returns the number detached. Time never moves backwards: a
   /// `now` before the wheel's current time is treated as the current time.
+  /// `max_early` bounds, within those, the entries of an early cascade (a crowded coarse
+  /// slot walked ahead of its start, see next_expiry()): that walk is work for the idle
+  /// time, and waits coming due must not queue behind a long stretch of it, so the owner
+  /// calls again (next_expiry() says now) after running what came due. 0 counts as 1, so
+  /// that the walk always progresses.
   std::size_t advance(duration now, wheel_entry_list& out,
-                      std::size_t max_entries = std::numeric_limits<std::size_t>::max());
+                      std::size_t max_entries = std::numeric_limits<std::size_t>::max(),
+                      std::size_t max_early = std::numeric_limits<std::size_t>::max());
 
   /// When to call advance() next: advance() with a `now` before it detaches nothing. It
   /// is the start of the earliest non-empty slot or, for a slot below the top level with
