@@ -4,6 +4,7 @@
 #ifndef TWHEEL_DETAIL_CANCEL_AFTER_OP_HPP
 #define TWHEEL_DETAIL_CANCEL_AFTER_OP_HPP
 
+#include <twheel/detail/process_threads.hpp>
 #include <twheel/detail/timer_state.hpp>
 #include <twheel/detail/wait_ops.hpp>
 #include <twheel/wheel_service.hpp>
@@ -73,7 +74,8 @@ class cancel_after_state : public wait_op {
   // complete on another thread, and the timeout fire, before this (TSan found it).
   void start() {
     int expected = initiating;
-    if (!phase_.compare_exchange_strong(expected, initiated, std::memory_order_acq_rel) &&
+    if (!compare_exchange_if_threaded(phase_, expected, int{initiated},
+                                      std::memory_order_acq_rel) &&
         !done_.load(std::memory_order_acquire)) {
       signal_.emit(type_);
     }
@@ -108,7 +110,7 @@ class cancel_after_state : public wait_op {
   ~cancel_after_state() = default;
 
   void release() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) != 1) return;
     Allocator alloc(allocator_);
     this->~cancel_after_state();
     std::allocator_traits<Allocator>::deallocate(alloc, this, 1);
@@ -132,7 +134,7 @@ class cancel_after_state : public wait_op {
     // the timeout is filed again a millisecond later rather than lost; if even that
     // cannot allocate, run() throws bad_alloc and the operation runs on without its
     // timeout (Asio's own timers lose their handler there too).
-    self->refs_.fetch_add(1, std::memory_order_relaxed);  // the retry's share
+    fetch_add_if_threaded(self->refs_, 1, std::memory_order_relaxed);  // the retry's share
     try {
       boost::asio::dispatch(self->executor_, emit_timeout{self});
     } catch (const std::bad_alloc&) {
@@ -168,8 +170,8 @@ class cancel_after_state : public wait_op {
       // Still initiating (on another thread): the operation may not listen yet; start()
       // emits instead.
       if (!self->done_.load(std::memory_order_acquire) &&
-          !self->phase_.compare_exchange_strong(expected, fired_early,
-                                                std::memory_order_acq_rel)) {
+          !compare_exchange_if_threaded(self->phase_, expected, int{fired_early},
+                                        std::memory_order_acq_rel)) {
         self->signal_.emit(self->type_);
       }
       self->release();

@@ -25,6 +25,7 @@
 #define TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 
 #include <twheel/detail/handler_box.hpp>
+#include <twheel/detail/process_threads.hpp>
 
 #include <boost/asio/detail/op_queue.hpp>
 #include <boost/asio/detail/scheduler_operation.hpp>
@@ -125,7 +126,8 @@ class completion_queue {
   // Called by a record's completion, on any thread.
   static void release(completion& c) noexcept {
     block_header* b = block_of(c);
-    if (b->released.fetch_add(1, std::memory_order_acq_rel) + 1 == per_block) {
+    if (fetch_add_if_threaded(b->released, std::size_t{1}, std::memory_order_acq_rel) + 1 ==
+        per_block) {
       b->queue->recycle(b);
     }
   }

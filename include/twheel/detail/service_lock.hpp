@@ -20,18 +20,13 @@
 #include <mutex>
 
 #if defined(__linux__)
+#include <twheel/detail/process_threads.hpp>
+
 #include <atomic>
 #include <climits>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
-#include <sys/single_threaded.h>
-#define TWHEEL_SINGLE_THREADED_PROCESS() (__libc_single_threaded != 0)
-#endif
-#endif
-#if !defined(TWHEEL_SINGLE_THREADED_PROCESS)
-#define TWHEEL_SINGLE_THREADED_PROCESS() false
 #endif
 
 namespace twheel::detail {
@@ -47,7 +42,7 @@ class futex_mutex {
   futex_mutex& operator=(const futex_mutex&) = delete;
 
   void lock() noexcept {
-    if (TWHEEL_SINGLE_THREADED_PROCESS()) {
+    if (single_threaded_process()) {
       // No other thread exists to contend (glibc's own mutexes skip their atomics so too).
       // The flag only goes from true to false, at a thread's creation, which orders this
       // store before anything the new thread does.
@@ -63,7 +58,7 @@ class futex_mutex {
   }
 
   void unlock() noexcept {
-    if (TWHEEL_SINGLE_THREADED_PROCESS()) {
+    if (single_threaded_process()) {
       // Nobody can sleep on the lock: a sleeper is another thread.
       state_.store(0, std::memory_order_relaxed);
       return;
