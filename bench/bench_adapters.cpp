@@ -98,64 +98,57 @@ void complete_ops(asio::io_context& ctx,
   pending.clear();
 }
 
-// ns per operation: start n operations with a twheel timeout, complete them all, run.
-double cancel_after_twheel(std::size_t n, long& done) {
+// ns per operation: start n operations, each with the handler make_handler(ctx) returns,
+// complete them all, run.
+template <class MakeHandler>
+double time_ops(std::size_t n, MakeHandler make_handler) {
   asio::io_context ctx;
   pending_list pending;
   pending.reserve(n);
   const auto t0 = clock_type::now();
-  for (std::size_t i = 0; i < n; ++i) {
-    start_op(ctx, pending, twheel::cancel_after(10s, [&done](boost::system::error_code ec) {
-               if (!ec) ++done;
-             }));
-  }
+  for (std::size_t i = 0; i < n; ++i) start_op(ctx, pending, make_handler(ctx));
   complete_ops(ctx, pending);
   ctx.run();
   return since(t0) / static_cast<double>(n);
 }
 
+// Each operation with a twheel timeout.
+double cancel_after_twheel(std::size_t n, long& done) {
+  return time_ops(n, [&done](asio::io_context&) {
+    return twheel::cancel_after(10s, [&done](boost::system::error_code ec) {
+      if (!ec) ++done;
+    });
+  });
+}
+
 // The same with a steady_timer per operation racing it (Asio's cancel_after construction).
 double cancel_after_asio(std::size_t n, long& done) {
-  asio::io_context ctx;
-  pending_list pending;
-  pending.reserve(n);
   struct race {
     explicit race(asio::io_context& c) : timer(c) {}
     asio::steady_timer timer;
     asio::cancellation_signal signal;
   };
-  const auto t0 = clock_type::now();
-  for (std::size_t i = 0; i < n; ++i) {
+  return time_ops(n, [&done](asio::io_context& ctx) {
     auto r = std::make_shared<race>(ctx);
     r->timer.expires_after(10s);
     r->timer.async_wait([r](boost::system::error_code ec) {
       if (!ec) r->signal.emit(asio::cancellation_type::terminal);
     });
-    start_op(ctx, pending,
-             asio::bind_cancellation_slot(r->signal.slot(), [r, &done](boost::system::error_code ec) {
-               r->timer.cancel();
-               if (!ec) ++done;
-             }));
-  }
-  complete_ops(ctx, pending);
-  ctx.run();
-  return since(t0) / static_cast<double>(n);
+    return asio::bind_cancellation_slot(r->signal.slot(),
+                                        [r, &done](boost::system::error_code ec) {
+                                          r->timer.cancel();
+                                          if (!ec) ++done;
+                                        });
+  });
 }
 
-// cancel_after-floor: the operations alone, no timeout: ns per operation.
+// cancel_after-floor: the operations alone, no timeout.
 double cancel_after_floor(std::size_t n, long& done) {
-  asio::io_context ctx;
-  pending_list pending;
-  pending.reserve(n);
-  const auto t0 = clock_type::now();
-  for (std::size_t i = 0; i < n; ++i) {
-    start_op(ctx, pending, [&done](boost::system::error_code ec) {
+  return time_ops(n, [&done](asio::io_context&) {
+    return [&done](boost::system::error_code ec) {
       if (!ec) ++done;
-    });
-  }
-  complete_ops(ctx, pending);
-  ctx.run();
-  return since(t0) / static_cast<double>(n);
+    };
+  });
 }
 
 // ns per touch() of a random connection among n, each with a pending idle wait.
