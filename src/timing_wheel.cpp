@@ -352,6 +352,14 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       }
       continue;
     }
+    // Staged entries join their level when its last slot before theirs starts: the wheel's
+    // time stops there first. Moved straight to `target` by a late call, it would leave
+    // the slots they join behind it, found only a rotation of that level later.
+    if (staged_pending_ && early_from_ <= target) {
+      if (elapsed_ < early_from_) elapsed_ = early_from_;
+      join_staged();
+      continue;
+    }
     // Nothing is due before `target`: the wheel's time may move there first.
     elapsed_ = target;
     join_staged();

@@ -1375,6 +1375,70 @@ BOOST_AUTO_TEST_CASE(an_early_cascade_walks_at_most_max_early_entries_per_call) 
   BOOST_TEST(h.wheel.empty());
 }
 
+// A walk still unfinished when its slot's time comes: what is due before the slot comes
+// out at once, the slot's own entries after the walk, step by step, in deadline order.
+BOOST_AUTO_TEST_CASE(an_unfinished_early_walk_holds_back_its_slot_only) {
+  const std::size_t n = twheel::detail::crowded_slot + 500;
+  const std::size_t step = 64;
+  auto items = make_items(n);
+  std::vector<item> before(20);
+  harness h;  // 1 ms tick: the crowded slot is level 2's [4096 ms, 8192 ms)
+  for (std::size_t i = 0; i < n; ++i) {
+    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
+  }
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    before[i].id = -1 - static_cast<int>(i);
+    h.insert(before[i], 4000ms + std::chrono::milliseconds(i));
+  }
+  BOOST_TEST(h.advance(0ms, unbounded, true, step).empty());  // the walk's first step
+  BOOST_TEST(h.wheel.counters().cascaded_early == 1u);
+
+  // Time jumps past the slot's start with most of the walk still to do.
+  std::vector<int> first = h.advance_ids(4200ms, unbounded, true, step);
+  std::vector<int> expected_first;
+  for (std::size_t i = 0; i < before.size(); ++i) expected_first.push_back(-1 - static_cast<int>(i));
+  BOOST_TEST(first == expected_first);  // all that was due before the slot, and only that
+
+  std::vector<const item*> rest;
+  std::size_t calls = 0;
+  for (;;) {
+    const auto ne = h.wheel.next_expiry();
+    if (!ne || *ne > ns(4200ms)) break;
+    BOOST_TEST_REQUIRE(++calls < 1000u);
+    for (const item* e : h.advance(4200ms, unbounded, true, step)) rest.push_back(e);
+  }
+  BOOST_TEST(calls >= (n - 2 * step) / step);  // the walk went on in steps
+  std::size_t due = 0;
+  for (std::size_t i = 0; i < n; ++i) due += (i % 300) <= 104 ? 1 : 0;  // deadline <= 4200 ms
+  BOOST_TEST(rest.size() == due);
+  for (std::size_t i = 1; i < rest.size(); ++i) {
+    BOOST_TEST(rest[i - 1]->deadline_tick() <= rest[i]->deadline_tick());  // across calls too
+  }
+  for (const item* e : rest) BOOST_TEST(e->id % 300 <= 104);
+}
+
+// A late call (a stalled thread) passing, at once, the start of the last level-1 slot
+// before a crowded slot walked early and the crowded slot's own start: the staged entries
+// join level 1 before the wheel's time moves on, so what is due comes out in this call.
+// (They joined after it once, behind the wheel's time: found a level-1 rotation late.)
+BOOST_AUTO_TEST_CASE(a_late_advance_past_a_staged_slot_hands_out_what_is_due) {
+  const std::size_t n = twheel::detail::crowded_slot + 500;
+  auto items = make_items(n);
+  harness h;  // 1 ms tick: the crowded slot is level 2's [4096 ms, 8192 ms)
+  for (std::size_t i = 0; i < n; ++i) {
+    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
+  }
+  BOOST_TEST(h.advance(0ms).empty());  // the whole walk: its entries wait, staged
+  const auto got = h.advance(4200ms);
+  std::size_t due = 0;
+  for (std::size_t i = 0; i < n; ++i) due += (i % 300) <= 104 ? 1 : 0;  // deadline <= 4200 ms
+  BOOST_TEST(got.size() == due);
+  for (const item* e : got) BOOST_TEST(e->id % 300 <= 104);
+  const auto ne = h.wheel.next_expiry();
+  BOOST_TEST_REQUIRE(ne.has_value());
+  BOOST_TEST(ne->count() == ns(4201ms).count());
+}
+
 // The top level is a ring: its nearest slot may hold only a parked entry while a later
 // slot holds an earlier deadline, so there next_expiry() stays the slot's start.
 BOOST_AUTO_TEST_CASE(next_expiry_of_a_top_level_slot_is_its_start) {
