@@ -196,16 +196,27 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     ++stats_.wakeups;
     wheel_entry_list due;
     std::chrono::nanoseconds now = wheel_time(clock_type::now());
+    // Entries examined so far: each one examined is either detached or re-filed.
+    const auto examined = [this] {
+      const auto& c = wheel_.counters();
+      return c.expired + c.cascaded;
+    };
+    const std::uint64_t examined_before = examined();
     wheel_.advance(now, due, options_.max_per_pass, early_walk_per_pass);
-    // Nothing came due and only the early walk has work now: it goes on in this pass while
-    // no slot comes due (a clock read per step), up to max_per_pass entries, instead of
-    // posting a pass per step through the idle time.
-    for (std::size_t walked = early_walk_per_pass;
-         due.empty() && walked < options_.max_per_pass; walked += early_walk_per_pass) {
+    // Nothing came due but the wheel has more work now (the early walk stopped at its step,
+    // or a crowded slot being re-filed): it goes on in this pass while nothing comes due (a
+    // clock read per step), up to max_per_pass entries in all, instead of posting a pass
+    // per step through the idle time.
+    while (due.empty()) {
+      const std::uint64_t used = examined() - examined_before;
+      if (used >= options_.max_per_pass) break;
       const auto next = wheel_.next_expiry();
       if (!next || *next > wheel_.now()) break;
+      const std::uint64_t step_start = examined();
       now = wheel_time(clock_type::now());
-      wheel_.advance(now, due, options_.max_per_pass - walked, early_walk_per_pass);
+      wheel_.advance(now, due, options_.max_per_pass - static_cast<std::size_t>(used),
+                     early_walk_per_pass);
+      if (examined() == step_start && due.empty()) break;  // nothing to walk after all
     }
     settled fired;
     while (!due.empty()) {

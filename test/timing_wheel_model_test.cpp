@@ -483,9 +483,12 @@ class model_run {
     ++stats_.advances;
     std::int64_t n = gen_now();
     const bool bounded = chance(100);
-    const std::size_t max_entries = bounded ? 1 + below(8) : unbounded;
-    // Half the bounded calls also bound the early cascade's walk, as the service does.
-    const std::size_t max_early = bounded && chance(500) ? 1 + below(4) : unbounded;
+    // A bounded call bounds the entries examined, the early cascade's walk, or both; the
+    // walk alone, with the entries unbounded, is what the service does (4096 and 128).
+    const bool walk_only = bounded && chance(300);
+    const std::size_t max_entries = bounded && !walk_only ? 1 + below(8) : unbounded;
+    const std::size_t max_early =
+        walk_only ? 1 + below(130) : bounded && chance(500) ? 1 + below(4) : unbounded;
     const bool drain = bounded && chance(800);
     // The model's time never moves backwards. A now before the model's is only generated
     // when the previous advance was unbounded, so that the wheel's current time equals the

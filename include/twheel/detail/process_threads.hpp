@@ -4,10 +4,11 @@
 // Why: an atomic read-modify-write is a full barrier on x86, so the cache misses of
 // consecutive timer operations cannot overlap across it, and every one of a reference
 // count's or a counter's costs that on the hot path. glibc (2.32 and later) says whether
-// the process has ever had a second thread (__libc_single_threaded), and its own mutexes
-// and reference counts skip their atomics while it has not; so do these. The flag only
-// goes from true to false, when a thread is created, and that creation orders what this
-// thread wrote before it with everything the new thread does.
+// the process has ever had a second thread (__libc_single_threaded), and its malloc and
+// stdio, and libstdc++'s shared_ptr, skip their atomics while it has not; so do these.
+// glibc clears the flag when a thread is created, and that creation orders what this
+// thread wrote before it with everything the new thread does. (Were the flag ever set
+// again, it would be after the other threads were joined, which orders their writes too.)
 #ifndef TWHEEL_DETAIL_PROCESS_THREADS_HPP
 #define TWHEEL_DETAIL_PROCESS_THREADS_HPP
 

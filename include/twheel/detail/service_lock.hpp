@@ -43,8 +43,8 @@ class futex_mutex {
 
   void lock() noexcept {
     if (single_threaded_process()) {
-      // No other thread exists to contend (glibc's own mutexes skip their atomics so too).
-      // The flag only goes from true to false, at a thread's creation, which orders this
+      // No other thread exists to contend (see process_threads.hpp).
+      // glibc clears the flag at a thread's creation, which orders this
       // store before anything the new thread does.
       state_.store(1, std::memory_order_relaxed);
       return;
