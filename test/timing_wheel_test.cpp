@@ -1239,6 +1239,25 @@ BOOST_AUTO_TEST_CASE(a_crowded_coarse_slot_is_cascaded_at_its_start) {
 // entry filed into the slot's range goes where the walked ones went (not into the emptied
 // slot, where it would be found a rotation late), removed and moved entries leave or move,
 // and afterwards everything fires at its deadline, in order, none early.
+namespace {
+
+// The crowded slot of the early-cascade tests: with the 1 ms tick of harness's default
+// config, level 2's [4096 ms, 8192 ms), entry i due at 4096 ms + (i % 300) ms.
+void fill_crowded_slot(harness& h, std::vector<item>& items) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
+  }
+}
+
+// How many entries of fill_crowded_slot() are due by 4096 ms + `ms` ms.
+std::size_t due_by(const std::vector<item>& items, std::size_t ms) {
+  std::size_t due = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) due += (i % 300) <= ms ? 1 : 0;
+  return due;
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(a_crowded_slot_of_level_2_is_cascaded_early) {
   const std::size_t n = twheel::detail::crowded_slot + 500;
   auto items = make_items(n);
@@ -1246,9 +1265,7 @@ BOOST_AUTO_TEST_CASE(a_crowded_slot_of_level_2_is_cascaded_early) {
   lower.id = -1;
   late_comer.id = -2;
   harness h;  // 1 ms tick: level 1 slots span 64 ms, level 2 slots 4096 ms
-  for (std::size_t i = 0; i < n; ++i) {
-    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
-  }
+  fill_crowded_slot(h, items);
   h.insert(lower, 4000ms);
   auto ne = h.wheel.next_expiry();
   BOOST_TEST_REQUIRE(ne.has_value());
@@ -1326,9 +1343,7 @@ BOOST_AUTO_TEST_CASE(an_early_cascade_walks_at_most_max_early_entries_per_call) 
   auto items = make_items(n);
   std::vector<item> soon(40);
   harness h;  // 1 ms tick: level 1 slots span 64 ms, level 2 slots 4096 ms
-  for (std::size_t i = 0; i < n; ++i) {
-    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
-  }
+  fill_crowded_slot(h, items);
   for (std::size_t i = 0; i < soon.size(); ++i) {
     soon[i].id = -1 - static_cast<int>(i);
     h.insert(soon[i], std::chrono::milliseconds(i + 1));
@@ -1383,9 +1398,7 @@ BOOST_AUTO_TEST_CASE(an_unfinished_early_walk_holds_back_its_slot_only) {
   auto items = make_items(n);
   std::vector<item> before(20);
   harness h;  // 1 ms tick: the crowded slot is level 2's [4096 ms, 8192 ms)
-  for (std::size_t i = 0; i < n; ++i) {
-    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
-  }
+  fill_crowded_slot(h, items);
   for (std::size_t i = 0; i < before.size(); ++i) {
     before[i].id = -1 - static_cast<int>(i);
     h.insert(before[i], 4000ms + std::chrono::milliseconds(i));
@@ -1408,8 +1421,7 @@ BOOST_AUTO_TEST_CASE(an_unfinished_early_walk_holds_back_its_slot_only) {
     for (const item* e : h.advance(4200ms, unbounded, true, step)) rest.push_back(e);
   }
   BOOST_TEST(calls >= (n - 2 * step) / step);  // the walk went on in steps
-  std::size_t due = 0;
-  for (std::size_t i = 0; i < n; ++i) due += (i % 300) <= 104 ? 1 : 0;  // deadline <= 4200 ms
+  const std::size_t due = due_by(items, 104);  // deadline <= 4200 ms
   BOOST_TEST(rest.size() == due);
   for (std::size_t i = 1; i < rest.size(); ++i) {
     BOOST_TEST(rest[i - 1]->deadline_tick() <= rest[i]->deadline_tick());  // across calls too
@@ -1425,13 +1437,10 @@ BOOST_AUTO_TEST_CASE(a_late_advance_past_a_staged_slot_hands_out_what_is_due) {
   const std::size_t n = twheel::detail::crowded_slot + 500;
   auto items = make_items(n);
   harness h;  // 1 ms tick: the crowded slot is level 2's [4096 ms, 8192 ms)
-  for (std::size_t i = 0; i < n; ++i) {
-    h.insert(items[i], 4096ms + ns(static_cast<std::int64_t>(i % 300) * 1'000'000));
-  }
+  fill_crowded_slot(h, items);
   BOOST_TEST(h.advance(0ms).empty());  // the whole walk: its entries wait, staged
   const auto got = h.advance(4200ms);
-  std::size_t due = 0;
-  for (std::size_t i = 0; i < n; ++i) due += (i % 300) <= 104 ? 1 : 0;  // deadline <= 4200 ms
+  const std::size_t due = due_by(items, 104);  // deadline <= 4200 ms
   BOOST_TEST(got.size() == due);
   for (const item* e : got) BOOST_TEST(e->id % 300 <= 104);
   const auto ne = h.wheel.next_expiry();
