@@ -212,11 +212,10 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
       if (used >= options_.max_per_pass) break;
       const auto next = wheel_.next_expiry();
       if (!next || *next > wheel_.now()) break;
-      const std::uint64_t step_start = examined();
       now = wheel_time(clock_type::now());
       wheel_.advance(now, due, options_.max_per_pass - static_cast<std::size_t>(used),
                      early_walk_per_pass);
-      if (examined() == step_start && due.empty()) break;  // nothing to walk after all
+      if (examined() - examined_before == used) break;  // nothing to walk after all
     }
     settled fired;
     while (!due.empty()) {

@@ -247,7 +247,7 @@ class basic_idle_timer {
   /// This function is an initiating function for an asynchronous operation, and always
   /// returns immediately; the handler is never invoked from inside it. The wait completes
   /// no earlier than `period` after this call and after the last touch(), and at most one
-  /// wheel tick plus touch_resolution() plus scheduling delay after the later of the two.
+  /// wheel tick (wheel_options::tick) plus scheduling delay after the later of the two.
   ///
   /// One wait at a time: a new wait aborts the pending one. Start it once the previous
   /// one has completed, though: a wait started after the previous one's period ended but

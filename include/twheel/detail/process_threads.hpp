@@ -53,7 +53,7 @@ T fetch_sub_if_threaded(std::atomic<T>& a, T v, std::memory_order order) noexcep
 
 template <class T>
 bool compare_exchange_if_threaded(std::atomic<T>& a, T& expected, T desired,
-                            std::memory_order order) noexcept {
+                                  std::memory_order order) noexcept {
   if (single_threaded_process()) {
     const T current = a.load(std::memory_order_relaxed);
     if (current != expected) {
