@@ -336,6 +336,14 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     // An early cascade in progress is finished before anything at or after its slot's
     // start is taken: its entries belong to those slots.
     if (slot && slot->start <= target && (early_mask_ == 0 || slot->start < early_start_)) {
+      // A slot past the staged entries' join point (one at or after the walked slot's
+      // start, once the walk is done): they join first, or they would be joined behind
+      // the wheel's time. Nothing is filed between the join point and this slot.
+      if (staged_pending_ && early_from_ < slot->start) {
+        elapsed_ = early_from_;
+        join_staged();
+        continue;
+      }
       elapsed_ = slot->start;
       taken_mask_ |= wheel_[slot->level].take(slot->slot, taken_);
       join_staged();  // after the take: the staged entries are not due yet
@@ -362,7 +370,6 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     }
     // Nothing is due before `target`: the wheel's time may move there first.
     elapsed_ = target;
-    join_staged();
     const auto early = early_candidate();
     if (!early) break;
     early_mask_ = wheel_[early->level].take(early->slot, early_);

@@ -1448,6 +1448,27 @@ BOOST_AUTO_TEST_CASE(a_late_advance_past_a_staged_slot_hands_out_what_is_due) {
   BOOST_TEST(ne->count() == ns(4201ms).count());
 }
 
+// The same when the late call also passes a later slot: the staged entries join before
+// the wheel's time moves to that slot's start (they were joined after it, behind it).
+BOOST_AUTO_TEST_CASE(a_late_advance_past_a_staged_slot_and_a_later_one_hands_out_both) {
+  const std::size_t n = twheel::detail::crowded_slot + 500;
+  auto items = make_items(n);
+  item later;
+  later.id = -1;
+  harness h;  // 1 ms tick: the crowded slot is level 2's [4096 ms, 8192 ms)
+  fill_crowded_slot(h, items);
+  h.insert(later, 8200ms);  // level 2's next slot, [8192 ms, 12288 ms)
+  BOOST_TEST(h.advance(0ms).empty());  // the whole walk: its entries wait, staged
+  const auto got = h.advance(8300ms);
+  BOOST_TEST(got.size() == n + 1);
+  std::uint64_t last = 0;
+  for (const item* e : got) {
+    BOOST_TEST(e->deadline_tick() >= last);  // in deadline order
+    last = e->deadline_tick();
+  }
+  BOOST_TEST(h.wheel.size() == 0u);
+}
+
 // The top level is a ring: its nearest slot may hold only a parked entry while a later
 // slot holds an earlier deadline, so there next_expiry() stays the slot's start.
 BOOST_AUTO_TEST_CASE(next_expiry_of_a_top_level_slot_is_its_start) {
