@@ -341,26 +341,31 @@ class model_run {
     ++stats_.removes;
   }
 
-  // A crowded level-3 slot's early walk just began (its entries are staged until the
-  // level-2 slot before it starts): the timers due in that level-2 slot are cancelled, and
-  // the next call comes late, past the crowded slot's start, as a driver pass after a
-  // stall would. The staged entries must join before the wheel's time passes the slots
-  // they join, or they come out a rotation late.
+  // A crowded slot's early walk just began (level 2 or 3 here; its entries are staged
+  // until the last slot of the level below before it starts, the join point): the timers
+  // due between that join point and the crowded slot's start are cancelled, for either
+  // level, and the next call comes late, as a driver pass after a stall would: past the
+  // crowded slot's start, and at times past the next slot of its level too. The staged
+  // entries must join before the wheel's time passes the slots they join, or they come
+  // out a rotation late.
   void op_late_pass() {
-    const std::uint64_t span = pow64(3);
-    const std::uint64_t start = (now_tick() / span + 1) * span;
-    std::vector<int> before;
-    for (auto i = model_.lower_bound(start - pow64(2)); i != model_.end() && i->first < start; ++i) {
-      before.push_back(i->second);
-    }
     op_ = "late pass: remove";
-    for (const int i : before) {
-      MCHECK(wheel_.remove(it(i)), "remove() of a pending entry returned false, id " << i);
-      model_erase(i);
-      set_state(i, state::idle);
+    for (unsigned level = 2; level <= 3; ++level) {
+      const std::uint64_t start = (now_tick() / pow64(level) + 1) * pow64(level);
+      std::vector<int> before;
+      for (auto i = model_.lower_bound(start - pow64(level - 1));
+           i != model_.end() && i->first < start; ++i) {
+        before.push_back(i->second);
+      }
+      for (const int i : before) {
+        MCHECK(wheel_.remove(it(i)), "remove() of a pending entry returned false, id " << i);
+        model_erase(i);
+        set_state(i, state::idle);
+      }
     }
     ++stats_.late_passes;
-    forced_now_ = at_tick(start + below(2 * pow64(2)), 0);
+    const std::uint64_t start = (now_tick() / pow64(3) + 1) * pow64(3);
+    forced_now_ = at_tick(start + below(2 * pow64(chance(500) ? 2 : 3)), 0);
     op_advance();
   }
 
