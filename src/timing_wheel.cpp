@@ -269,6 +269,20 @@ std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept
   return from_tick(at);
 }
 
+std::optional<timing_wheel::duration> timing_wheel::next_fine_slot_after(
+    duration t) const noexcept {
+  const std::uint64_t tick = tick_of(t);
+  // Level 0's slots are single ticks of the rotation elapsed_ is in.
+  if (tick < elapsed_ || (tick >> detail::slot_bits) != (elapsed_ >> detail::slot_bits)) {
+    return std::nullopt;
+  }
+  const auto index = static_cast<unsigned>(tick & detail::slot_mask);
+  if (index == detail::slot_mask) return std::nullopt;
+  const std::uint64_t later = wheel_[0].occupied() >> (index + 1);
+  if (later == 0) return std::nullopt;
+  return from_tick(tick + 1 + detail::ctz64(later));
+}
+
 namespace {
 
 // One entry of each lane of `mask` in turn, at most `budget` in all (an emptied lane

@@ -163,7 +163,9 @@ void wheel_service::flush_aborted(bool invoke) {
 }
 
 void wheel_service::ensure_driver() {
-  if (auto next = wheel_.next_expiry()) driver_->ensure(*next, wheel_.now());
+  if (auto next = wheel_.next_expiry()) {
+    driver_->ensure(*next, wheel_.now(), wheel_.next_fine_slot_after(*next));
+  }
 }
 
 void wheel_service::disarm_driver() noexcept {

@@ -26,10 +26,12 @@ class wheel_driver::timer_handler {
 wheel_driver::wheel_driver(const boost::asio::any_io_executor& ex, clock_type::time_point origin,
                            std::chrono::nanoseconds slack, pass_fn pass, void* owner)
     : executor_(ex), origin_(origin), slack_(slack), pass_(pass), owner_(owner) {
-  timer_.emplace(executor_);
+  timers_[0].emplace(executor_);
+  timers_[1].emplace(executor_);
 }
 
-void wheel_driver::ensure(std::chrono::nanoseconds next, std::chrono::nanoseconds now) {
+void wheel_driver::ensure(std::chrono::nanoseconds next, std::chrono::nanoseconds now,
+                          std::optional<std::chrono::nanoseconds> following) {
   // A future slot may be served up to `slack` late, so that one wake-up takes whatever
   // comes due meanwhile; a pass already due runs at once.
   if (next > now) {
@@ -37,7 +39,24 @@ void wheel_driver::ensure(std::chrono::nanoseconds next, std::chrono::nanosecond
     next += slack_ < room ? slack_ : room;
   }
   if (armed_at_ && *armed_at_ <= next) return;
-  arm(next, now);
+  if (standby_at_ && *standby_at_ == next && !timer_armed_) {
+    // The standby already waits there: it becomes the wake-up, with no system call.
+    wake_ = 1 - wake_;
+    generation_ = standby_generation_;
+    armed_at_ = next;
+    timer_armed_ = true;
+    standby_at_.reset();
+  } else {
+    arm(next, now);
+  }
+  // With a slack the wake-ups are not at slot times, so a standby would not match them.
+  if (slack_.count() == 0 && following && next > now && *following > next) stand_by(*following);
+}
+
+wheel_driver::clock_type::time_point wheel_driver::clock_time(
+    std::chrono::nanoseconds at) const noexcept {
+  const auto headroom = clock_type::time_point::max() - origin_;
+  return at >= headroom ? clock_type::time_point::max() : origin_ + at;
 }
 
 void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now) {
@@ -48,43 +67,71 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
   if (at <= now) {
     // Already due (or a bounded pass left work): run a pass after what is queued. A wait
     // still pending on the internal timer would keep run() from returning: cancel it.
-    const std::uint64_t generation = generation_ + 1;
+    const std::uint64_t generation = issued_ + 1;
     boost::asio::post(executor_,
                       boost::asio::bind_allocator(pool_allocator<void>(posted_),
                                                   [this, generation] {
                                                     pass_(owner_, generation, false, {});
                                                   }));
-    generation_ = generation;
+    generation_ = ++issued_;
     armed_at_ = at;
     if (timer_armed_) {
       timer_armed_ = false;
-      timer_->cancel();
+      timer().cancel();
     }
     return;
   }
-  const auto headroom = clock_type::time_point::max() - origin_;
   // expires_at() cancels the wait we had; should async_wait() then throw, the driver is
   // unarmed and says so, and the next ensure() arms it.
   armed_at_.reset();
   timer_armed_ = false;
-  timer_->expires_at(at >= headroom ? clock_type::time_point::max() : origin_ + at);
-  timer_->async_wait(timer_handler(this, generation_ + 1));
-  ++generation_;
+  timer().expires_at(clock_time(at));
+  timer().async_wait(timer_handler(this, issued_ + 1));
+  generation_ = ++issued_;
   armed_at_ = at;
   timer_armed_ = true;
 }
 
+void wheel_driver::stand_by(std::chrono::nanoseconds at) noexcept {
+  if (standby_at_ && *standby_at_ == at) return;
+  // Later than the armed wake-up, so Asio's timerfd is not set for it. Only a help: if
+  // its memory cannot be had, there is no standby.
+  try {
+    posted_.reserve(1);
+    standby_at_.reset();
+    standby().expires_at(clock_time(at));
+    standby().async_wait(timer_handler(this, issued_ + 1));
+  } catch (...) {
+    return;
+  }
+  standby_generation_ = ++issued_;
+  standby_at_ = at;
+}
+
+void wheel_driver::cancel_standby() noexcept {
+  if (standby_at_) {
+    standby_at_.reset();
+    standby().cancel();
+  }
+}
+
 void wheel_driver::disarm() noexcept {
-  ++generation_;
+  generation_ = ++issued_;
   armed_at_.reset();
   if (timer_armed_) {
     timer_armed_ = false;
-    timer_->cancel();
+    timer().cancel();
   }
+  cancel_standby();  // nothing may keep run() from returning
 }
 
 bool wheel_driver::accept(std::uint64_t generation, bool from_timer,
                           const boost::system::error_code& ec) noexcept {
+  // The standby expiring while it is not the wake-up: its time is no longer wanted.
+  if (standby_at_ && generation == standby_generation_) {
+    standby_at_.reset();
+    return false;
+  }
   // A superseded arm or a disarm: a newer arm (if any) is still pending.
   if (generation != generation_) return false;
   armed_at_.reset();
@@ -93,10 +140,12 @@ bool wheel_driver::accept(std::uint64_t generation, bool from_timer,
 }
 
 void wheel_driver::release() noexcept {
-  ++generation_;
+  generation_ = ++issued_;
   armed_at_.reset();
+  standby_at_.reset();
   timer_armed_ = false;
-  timer_.reset();
+  timers_[0].reset();
+  timers_[1].reset();
 }
 
 }  // namespace twheel::detail

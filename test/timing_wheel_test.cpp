@@ -742,6 +742,30 @@ BOOST_AUTO_TEST_SUITE_END()
 // ---------------------------------------------------------------------------------------
 BOOST_AUTO_TEST_SUITE(advance)
 
+// The wake-up after the next one, for the driver's standby: the finest level's next
+// non-empty slot after a time, inside that level's current rotation only.
+BOOST_AUTO_TEST_CASE(next_fine_slot_after_finds_the_following_slot_of_level_0) {
+  auto items = make_items(4);
+  harness h;  // 1 ms tick: level 0 is [0 ms, 64 ms) now
+  h.insert(items[0], 5ms);
+  h.insert(items[1], 9ms);
+  h.insert(items[2], 63ms);
+  h.insert(items[3], 70ms);  // level 1
+  const auto after = [&](ns t) { return h.wheel.next_fine_slot_after(t); };
+  BOOST_TEST(after(2ms).value().count() == ns(5ms).count());
+  BOOST_TEST(after(5ms).value().count() == ns(9ms).count());
+  BOOST_TEST(after(9ms).value().count() == ns(63ms).count());
+  BOOST_TEST(after(10ms).value().count() == ns(63ms).count());
+  BOOST_TEST(!after(63ms).has_value());  // the rotation's last slot
+  BOOST_TEST(!after(64ms).has_value());  // another rotation: level 1 decides there
+  BOOST_TEST(h.advance_ids(9ms) == (std::vector<int>{0, 1}));
+  BOOST_TEST(after(9ms).value().count() == ns(63ms).count());
+  BOOST_TEST(!after(5ms).has_value());  // before the wheel's time
+  h.remove(items[2]);
+  BOOST_TEST(!after(9ms).has_value());
+  h.remove(items[3]);
+}
+
 BOOST_AUTO_TEST_CASE(bounded_same_tick) {
   auto items = make_items(100);
   harness h;

@@ -489,6 +489,55 @@ BOOST_AUTO_TEST_CASE(level_boundaries_never_early) {
   }
 }
 
+// Deadlines a few ticks apart, mostly inside one rotation of the finest level, so that
+// the driver's standby timer waits at the next one while the current one is armed; every
+// fourth handler cancels the next timer (30 us later: aborted if the handler ran within
+// that, else already fired). Every wait completes once, the fired ones in deadline order
+// and none early, the cancelled ones aborted, and run() returns once nothing is pending.
+BOOST_AUTO_TEST_CASE(deadlines_ticks_apart_fire_in_order_with_neighbours_cancelled) {
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.tick = 10us;  // rotations of the finest level: 640 us
+  twheel::configure(ctx, o);
+  constexpr std::size_t n = 200;
+  const auto start = clock_type::now() + 20ms;
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  std::vector<clock_type::time_point> deadlines;
+  std::vector<int> calls(n, 0);
+  std::vector<error_code> ecs(n);
+  std::vector<char> early(n, 0), cancelled(n, 0);
+  std::vector<std::size_t> fired;
+  for (std::size_t i = 0; i < n; ++i) {
+    deadlines.push_back(start + std::chrono::microseconds(30 * static_cast<long>(i)));
+    timers.push_back(std::make_unique<twheel::steady_timer>(ctx, deadlines[i]));
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    timers[i]->async_wait([&, i](error_code ec) {
+      ++calls[i];
+      ecs[i] = ec;
+      if (!ec) {
+        if (clock_type::now() < deadlines[i]) early[i] = 1;
+        fired.push_back(i);
+      }
+      if (i % 4 == 0 && i + 1 < n) cancelled[i + 1] = timers[i + 1]->cancel() == 1 ? 1 : 0;
+    });
+  }
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  std::size_t aborted_count = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    BOOST_TEST_CONTEXT("timer " << i) {
+      BOOST_TEST(calls[i] == 1);
+      BOOST_TEST(!early[i]);
+      BOOST_TEST(ecs[i] == (cancelled[i] ? aborted : success));
+      aborted_count += cancelled[i] ? 1 : 0;
+    }
+  }
+  BOOST_TEST(std::is_sorted(fired.begin(), fired.end()));
+  BOOST_TEST(fired.size() + aborted_count == n);
+  BOOST_TEST(wstats(ctx).pending == 0u);
+}
+
 // A timer whose waits were all cancelled keeps its place in the wheel (taking it out would
 // write two other timers), is reused by its next wait, and is dropped, unfired and
 // without a wake-up of its own, when its slot comes due while other waits are pending.

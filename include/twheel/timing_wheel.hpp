@@ -254,6 +254,13 @@ class timing_wheel {
   /// A time at or before now() means "call advance() now". O(levels).
   std::optional<duration> next_expiry() const noexcept;
 
+  /// The tick of the first non-empty slot of the finest level after the one of `t`, if
+  /// `t` lies in the finest level's current rotation (at or after now()) and one follows
+  /// in it: a time next_expiry() will say once the wheel is past `t`, unless those
+  /// entries go first or coarser slots come due before. An owner can arm that wake-up
+  /// ahead. O(1).
+  std::optional<duration> next_fine_slot_after(duration t) const noexcept;
+
   /// Pending entries (filed or awaiting detachment). O(1); never drifts.
   std::size_t size() const noexcept { return size_; }
   /// True when no entry is pending. O(1).
