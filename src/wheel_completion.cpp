@@ -233,7 +233,13 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     }
     first = keep_first(fired);
     // Its own block went back to the driver's pool before this ran: ensure() finds it.
-    if (stats_.pending != 0) ensure_driver();
+    // With nothing pending, the driver's standby goes too, or it would keep run() from
+    // returning until its time.
+    if (stats_.pending != 0) {
+      ensure_driver();
+    } else {
+      disarm_driver();
+    }
   }
   if (first) first->run();
 }

@@ -50,7 +50,11 @@ void wheel_driver::ensure(std::chrono::nanoseconds next, std::chrono::nanosecond
     arm(next, now);
   }
   // With a slack the wake-ups are not at slot times, so a standby would not match them.
-  if (slack_.count() == 0 && following && next > now && *following > next) stand_by(*following);
+  if (slack_.count() == 0 && following && next > now && *following > next) {
+    stand_by(*following);
+  } else if (standby_at_ && *standby_at_ <= next) {
+    cancel_standby();  // it would only wake the reactor for nothing
+  }
 }
 
 wheel_driver::clock_type::time_point wheel_driver::clock_time(

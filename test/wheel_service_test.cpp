@@ -538,6 +538,28 @@ BOOST_AUTO_TEST_CASE(deadlines_ticks_apart_fire_in_order_with_neighbours_cancell
   BOOST_TEST(wstats(ctx).pending == 0u);
 }
 
+// The driver's standby waits at the next non-empty slot, also one whose timer was
+// cancelled (it keeps its place until its slot comes due). When the last pending wait
+// fires before it, the standby goes too: run() returns then, not at the standby's time.
+BOOST_AUTO_TEST_CASE(run_returns_when_the_last_wait_fires_before_the_standby) {
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.tick = 100ms;  // the finest level's rotation: 6.4 s
+  twheel::configure(ctx, o);
+  wait_log log;
+  twheel::steady_timer later(ctx, 3s);
+  later.async_wait(log.handler(1));
+  twheel::steady_timer earlier(ctx, 300ms);
+  earlier.async_wait(log.handler(2));  // the driver wakes at 300 ms, the standby at 3 s
+  BOOST_TEST(later.cancel() == 1u);
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(log.ec(1) == aborted);
+  BOOST_TEST(log.ec(2) == success);
+  BOOST_TEST(ms(r.elapsed) < 2000);  // about 400 ms; 3 s if the standby were left waiting
+  BOOST_TEST(wstats(ctx).pending == 0u);
+}
+
 // A timer whose waits were all cancelled keeps its place in the wheel (taking it out would
 // write two other timers), is reused by its next wait, and is dropped, unfired and
 // without a wake-up of its own, when its slot comes due while other waits are pending.

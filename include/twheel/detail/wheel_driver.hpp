@@ -1,4 +1,4 @@
-// twheel/detail/wheel_driver: the one internal timer that wakes a wheel.
+// twheel/detail/wheel_driver: the internal timer that wakes a wheel, and its standby.
 #ifndef TWHEEL_DETAIL_WHEEL_DRIVER_HPP
 #define TWHEEL_DETAIL_WHEEL_DRIVER_HPP
 
