@@ -113,6 +113,16 @@ std::uint64_t timing_wheel::file_early(wheel_entry& entry) noexcept {
   return early_from_;
 }
 
+bool timing_wheel::stop_at_join_point(std::uint64_t next) noexcept {
+  // Moved past the join point, the wheel would join the staged entries into slots behind
+  // its time, found only a rotation of their level later. Nothing is filed between the
+  // join point and `next`, so stopping there skips nothing.
+  if (!staged_pending_ || early_from_ >= next) return false;
+  elapsed_ = early_from_;
+  join_staged();
+  return true;
+}
+
 void timing_wheel::join_staged() noexcept {
   if (staged_pending_ && elapsed_ >= early_from_) {
     // Level early_level_ - 1 holds nothing else now: its last slot before early_start_
@@ -350,14 +360,7 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     // An early cascade in progress is finished before anything at or after its slot's
     // start is taken: its entries belong to those slots.
     if (slot && slot->start <= target && (early_mask_ == 0 || slot->start < early_start_)) {
-      // A slot past the staged entries' join point (one at or after the walked slot's
-      // start, once the walk is done): they join first, or they would be joined behind
-      // the wheel's time. Nothing is filed between the join point and this slot.
-      if (staged_pending_ && early_from_ < slot->start) {
-        elapsed_ = early_from_;
-        join_staged();
-        continue;
-      }
+      if (stop_at_join_point(slot->start)) continue;
       elapsed_ = slot->start;
       taken_mask_ |= wheel_[slot->level].take(slot->slot, taken_);
       join_staged();  // after the take: the staged entries are not due yet
@@ -374,16 +377,10 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       }
       continue;
     }
-    // Staged entries join their level when its last slot before theirs starts: the wheel's
-    // time stops there first. Moved straight to `target` by a late call, it would leave
-    // the slots they join behind it, found only a rotation of that level later.
-    if (staged_pending_ && early_from_ <= target) {
-      if (elapsed_ < early_from_) elapsed_ = early_from_;
-      join_staged();
-      continue;
-    }
+    if (stop_at_join_point(target)) continue;
     // Nothing is due before `target`: the wheel's time may move there first.
     elapsed_ = target;
+    join_staged();  // a join point at `target` itself: its slot is empty
     const auto early = early_candidate();
     if (!early) break;
     early_mask_ = wheel_[early->level].take(early->slot, early_);

@@ -324,6 +324,10 @@ class timing_wheel {
   std::uint64_t file_early(wheel_entry& entry) noexcept;
   // From early_from_ on, staged_ joins its level.
   void join_staged() noexcept;
+  // The wheel's time is about to move to `next` (a slot's start, or advance()'s target):
+  // if that passes the staged entries' join point, it moves there instead and they join.
+  // A slot starting at the join point itself is taken first (join_staged() after it).
+  bool stop_at_join_point(std::uint64_t next) noexcept;
   struct slot_ref {
     unsigned level;
     unsigned slot;
