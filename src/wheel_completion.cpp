@@ -163,9 +163,10 @@ void wheel_service::flush_aborted(bool invoke) {
 }
 
 void wheel_service::ensure_driver() {
-  if (auto next = wheel_.next_expiry()) {
-    driver_->ensure(*next, wheel_.now(), wheel_.next_fine_slot_after(*next));
-  }
+  const auto next = wheel_.next_expiry();
+  if (!next || driver_->wanted_by(*next)) return;  // ensure() would change nothing
+  driver_->ensure(*next, wheel_.now(),
+                  driver_->stands_by() ? wheel_.next_fine_slot_after(*next) : std::nullopt);
 }
 
 void wheel_service::disarm_driver() noexcept {

@@ -49,8 +49,7 @@ void wheel_driver::ensure(std::chrono::nanoseconds next, std::chrono::nanosecond
   } else {
     arm(next, now);
   }
-  // With a slack the wake-ups are not at slot times, so a standby would not match them.
-  if (slack_.count() == 0 && following && next > now && *following > next) {
+  if (stands_by() && following && next > now && *following > next) {
     stand_by(*following);
   } else if (standby_at_ && *standby_at_ <= next) {
     cancel_standby();  // it would only wake the reactor for nothing
@@ -71,13 +70,13 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
   if (at <= now) {
     // Already due (or a bounded pass left work): run a pass after what is queued. A wait
     // still pending on the internal timer would keep run() from returning: cancel it.
-    const std::uint64_t generation = issued_ + 1;
+    const std::uint64_t generation = next_generation();
     boost::asio::post(executor_,
                       boost::asio::bind_allocator(pool_allocator<void>(posted_),
                                                   [this, generation] {
                                                     pass_(owner_, generation, false, {});
                                                   }));
-    generation_ = ++issued_;
+    generation_ = issue();
     armed_at_ = at;
     if (timer_armed_) {
       timer_armed_ = false;
@@ -90,8 +89,8 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
   armed_at_.reset();
   timer_armed_ = false;
   timer().expires_at(clock_time(at));
-  timer().async_wait(timer_handler(this, issued_ + 1));
-  generation_ = ++issued_;
+  timer().async_wait(timer_handler(this, next_generation()));
+  generation_ = issue();
   armed_at_ = at;
   timer_armed_ = true;
 }
@@ -104,11 +103,11 @@ void wheel_driver::stand_by(std::chrono::nanoseconds at) noexcept {
     posted_.reserve(1);
     standby_at_.reset();
     standby().expires_at(clock_time(at));
-    standby().async_wait(timer_handler(this, issued_ + 1));
+    standby().async_wait(timer_handler(this, next_generation()));
   } catch (...) {
     return;
   }
-  standby_generation_ = ++issued_;
+  standby_generation_ = issue();
   standby_at_ = at;
 }
 
@@ -120,7 +119,7 @@ void wheel_driver::cancel_standby() noexcept {
 }
 
 void wheel_driver::disarm() noexcept {
-  generation_ = ++issued_;
+  generation_ = issue();
   armed_at_.reset();
   if (timer_armed_) {
     timer_armed_ = false;
@@ -144,7 +143,7 @@ bool wheel_driver::accept(std::uint64_t generation, bool from_timer,
 }
 
 void wheel_driver::release() noexcept {
-  generation_ = ++issued_;
+  generation_ = issue();
   armed_at_.reset();
   standby_at_.reset();
   timer_armed_ = false;

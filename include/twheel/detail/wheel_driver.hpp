@@ -43,12 +43,17 @@ class wheel_driver {
 
   // Makes sure a pass runs at `next` (+ slack if it is after `now`) or earlier, and, with
   // no slack, puts the standby at `following` (> next), the wake-up expected after it.
-  // Throws only if the wake-up cannot be allocated; then nothing changed.
+  // Throws only if the wake-up cannot be set up: its memory (then nothing changed), or
+  // Asio's timer queue growing in async_wait() after expires_at() cancelled the armed wait
+  // (then the driver is unarmed and says so). Either way the next ensure() arms it.
   void ensure(std::chrono::nanoseconds next, std::chrono::nanoseconds now,
               std::optional<std::chrono::nanoseconds> following = std::nullopt);
   // True if a pass is already wanted at `t` or earlier: ensure(next) with next >= t would
   // change nothing.
   bool wanted_by(std::chrono::nanoseconds t) const noexcept { return armed_at_ && *armed_at_ <= t; }
+  // Whether ensure() uses `following`: with a slack the wake-ups are not at slot times,
+  // so a standby would not match them.
+  bool stands_by() const noexcept { return slack_.count() == 0; }
   // No pass wanted: nothing may keep run() from returning.
   void disarm() noexcept;
   // Whether a wake-up of `generation` is the one still wanted; either way the wake-up is
@@ -65,6 +70,10 @@ class wheel_driver {
   void stand_by(std::chrono::nanoseconds at) noexcept;
   void cancel_standby() noexcept;
   clock_type::time_point clock_time(std::chrono::nanoseconds at) const noexcept;
+  // A wake-up is started with next_generation() and issue()d once started: a start that
+  // throws spends no generation.
+  std::uint64_t next_generation() const noexcept { return issued_ + 1; }
+  std::uint64_t issue() noexcept { return ++issued_; }
   boost::asio::steady_timer& timer() noexcept { return *timers_[wake_]; }
   boost::asio::steady_timer& standby() noexcept { return *timers_[1 - wake_]; }
 
