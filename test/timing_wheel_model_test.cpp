@@ -330,8 +330,12 @@ class model_run {
       return;
     }
     if (pending_.empty()) return;
-    const int i = pending_.at(below(pending_.size()));
+    remove_pending(pending_.at(below(pending_.size())));
+  }
+
+  void remove_pending(int i) {
     item& e = it(i);
+    const auto removed = wheel_.counters().removed;
     MCHECK(e.is_pending(), "id " << i);
     MCHECK(wheel_.remove(e), "remove() of a pending entry returned false, id " << i);
     MCHECK(!e.is_pending() && !e.is_detached(), "id " << i);
@@ -357,11 +361,7 @@ class model_run {
            i != model_.end() && i->first < start; ++i) {
         before.push_back(i->second);
       }
-      for (const int i : before) {
-        MCHECK(wheel_.remove(it(i)), "remove() of a pending entry returned false, id " << i);
-        model_erase(i);
-        set_state(i, state::idle);
-      }
+      for (const int i : before) remove_pending(i);
     }
     ++stats_.late_passes;
     const std::uint64_t start = (now_tick() / pow64(3) + 1) * pow64(3);
