@@ -4,6 +4,11 @@
 //  touch        idle_timer::touch() on a random connection, against re-arming that
 //               connection's boost::asio::steady_timer (expires_after + async_wait; the
 //               aborted handler is run and counted).
+//               Beside it, two floors of touch()'s memory pattern, the same picks over
+//               objects of idle_timer's size with no library: touch-floor-clock stores a
+//               steady_clock reading into the object (what touch() does), touch-floor-word
+//               stores a word loaded from one shared place (what a stamp published by the
+//               wheel, with no clock read, would cost). Each is printed in both columns.
 //  cancel_after N concurrent operations each started with twheel::cancel_after(10 s),
 //               all completing before their timeout; against Asio's own construction
 //               (what boost::asio::cancel_after does in later Boost versions): a fresh
@@ -27,8 +32,10 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -170,6 +177,34 @@ double touch_twheel(std::size_t n, std::size_t ops, std::uint64_t seed) {
   return ns;
 }
 
+// ns per store of a stamp into a random object among n of idle_timer's size: a clock
+// reading (`read_clock`) or a word loaded from one shared place.
+double touch_floor(std::size_t n, std::size_t ops, std::uint64_t seed, bool read_clock) {
+  struct alignas(twheel::idle_timer) object {
+    std::atomic<std::int64_t> stamp{0};
+    unsigned char rest[sizeof(twheel::idle_timer) - sizeof(std::atomic<std::int64_t>)];
+  };
+  static_assert(sizeof(object) == sizeof(twheel::idle_timer));
+  static std::atomic<std::int64_t> shared_word{1};
+  std::vector<object> objects(n);
+  std::mt19937_64 rng(seed);
+  std::vector<std::size_t> picks(ops);
+  for (auto& p : picks) p = rng() % n;
+  const auto t0 = clock_type::now();
+  if (read_clock) {
+    for (std::size_t p : picks) {
+      objects[p].stamp.store(clock_type::now().time_since_epoch().count(),
+                             std::memory_order_relaxed);
+    }
+  } else {
+    for (std::size_t p : picks) {
+      objects[p].stamp.store(shared_word.load(std::memory_order_relaxed),
+                             std::memory_order_relaxed);
+    }
+  }
+  return since(t0) / static_cast<double>(ops);
+}
+
 // ns per re-arm (expires_after + async_wait, aborted handler run) of a random connection.
 double touch_asio(std::size_t n, std::size_t ops, std::uint64_t seed) {
   asio::io_context ctx;
@@ -229,13 +264,19 @@ int main(int argc, char** argv) {
   for (std::size_t n : quick ? std::vector<std::size_t>{10000, 100000}
                              : std::vector<std::size_t>{10000, 100000, 1000000}) {
     const std::size_t ops = std::min<std::size_t>(n, 200000);
-    std::vector<double> a, t;
+    std::vector<double> a, t, fc, fw;
     for (int r = 0; r < reps; ++r) {
       a.push_back(touch_asio(n, ops, 7 + r));
       t.push_back(touch_twheel(n, ops, 7 + r));
+      fc.push_back(touch_floor(n, ops, 7 + r, true));
+      fw.push_back(touch_floor(n, ops, 7 + r, false));
     }
     report.add("touch", n, a, t, "ns/op", "(idle_timer::touch() vs steady_timer re-arm)",
                bench::better::lower);
+    report.add("touch-floor-clock", n, fc, fc, "ns/op",
+               "(a clock reading stored into a random object, no library)", bench::better::none);
+    report.add("touch-floor-word", n, fw, fw, "ns/op",
+               "(a shared word stored into a random object, no library)", bench::better::none);
   }
   std::printf("\n");
   report.print_csv();
