@@ -163,7 +163,12 @@ void wheel_service::flush_aborted(bool invoke) {
 }
 
 void wheel_service::ensure_driver() {
-  const auto next = wheel_.next_expiry();
+  auto next = wheel_.next_expiry();
+  // Touches stamped with the generation in progress: it must end within its resolution.
+  if (epoch_.ticking()) {
+    const auto tick = wheel_time(epoch_.tick_at());
+    if (!next || tick < *next) next = tick;
+  }
   if (!next || driver_->wanted_by(*next)) return;  // ensure() would change nothing
   driver_->ensure(*next, wheel_.now(),
                   driver_->stands_by() ? wheel_.next_fine_slot_after(*next) : std::nullopt);
@@ -198,7 +203,9 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     if (shut_down_ || !driver_->accept(generation, from_timer, ec)) return;
     ++stats_.wakeups;
     wheel_entry_list due;
-    std::chrono::nanoseconds now = wheel_time(clock_type::now());
+    const clock_type::time_point clock_now = clock_type::now();
+    epoch_.pass(clock_now);  // before any stamp is read
+    std::chrono::nanoseconds now = wheel_time(clock_now);
     // Entries examined so far: each one examined is either detached or re-filed.
     const auto examined = [this] {
       const auto& c = wheel_.counters();
@@ -246,7 +253,7 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
 }
 
 bool wheel_service::refile_idle(detail::timer_state& timer, std::chrono::nanoseconds now) noexcept {
-  return detail::refile_if_touched(wheel_, static_cast<detail::idle_entry&>(timer), now,
+  return detail::refile_if_touched(wheel_, static_cast<detail::idle_entry&>(timer), now, epoch_,
                                    [this](clock_type::time_point t) { return wheel_time(t); });
 }
 

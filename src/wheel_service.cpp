@@ -54,6 +54,11 @@ wheel_service::~wheel_service() {
   detail::wheels_destroyed.fetch_add(1, std::memory_order_release);
 }
 
+void wheel_service::use_touch_epoch() {
+  lock_type lock(mutex_);
+  epoch_.enable();
+}
+
 std::chrono::nanoseconds wheel_service::wheel_time(clock_type::time_point t) const noexcept {
   using std::chrono::nanoseconds;
   if (t <= origin_) return nanoseconds::zero();

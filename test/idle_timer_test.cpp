@@ -300,25 +300,163 @@ BOOST_AUTO_TEST_SUITE_END()
 // ---------------------------------------------------------------------------------------
 BOOST_AUTO_TEST_SUITE(wheel_model)
 
-// What the driver does with an idle entry that comes due (detail::refile_if_touched, the
-// code wheel_service runs), on a bare timing_wheel with a hand-moved clock, against a
-// model. 400 entries with random periods are touched at random times and time moves by
-// random steps (fixed seed). Each wait must complete at a step at or after its last
-// touch + period, and no later than the first step at or after that time rounded up to
-// the tick (earlier when its entry, filed for an older deadline, is examined in between):
-// never early, and late by less than one tick plus the step. Fails if a touch is not seen
-// (completes early), or if the entry is re-filed from anything but its last touch or
-// completed a tick late.
+// The hand-moved clock of the wheel_model suite (nanoseconds from 0).
+struct manual_clock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<manual_clock>;
+  static constexpr bool is_steady = true;
+  static inline time_point current{};
+  static time_point now() noexcept { return current; }
+};
+using manual_epoch = twheel::detail::basic_touch_epoch<manual_clock>;
+
+// The epoch's modes, step by step: exact stamps until a pass sees touches, generation
+// stamps (and ticks) while every generation is touched, exact again after an untouched
+// one. Each stamp's bound is checked against the time of its touch: never before it, and
+// for a generation stamp the end of its generation (the pass that started the next one).
+BOOST_AUTO_TEST_CASE(touch_epoch_stamps_and_their_bounds) {
+  using ns = std::chrono::nanoseconds;
+  using tp = manual_clock::time_point;
+  const auto at = [](ns t) {
+    manual_clock::current = tp(t);
+    return tp(t);
+  };
+  manual_epoch epoch;
+  epoch.enable();
+  at(100us);
+  const std::int64_t first = epoch.stamp();
+  BOOST_TEST((first & 1) == 1);  // exact before any pass
+  BOOST_TEST((epoch.upper_bound(first) == tp(100us)));
+  BOOST_TEST(!epoch.stamping());
+  BOOST_TEST(epoch.ticking());  // a pass is due at once: none has started a generation
+  BOOST_TEST((epoch.tick_at() <= tp(100us)));
+
+  epoch.pass(at(200us));  // saw a touch: generations are stamped from now on
+  BOOST_TEST(epoch.stamping());
+  BOOST_TEST((epoch.tick_at() == tp(1200us)));
+  at(500us);
+  const std::int64_t g1 = epoch.stamp();
+  BOOST_TEST((g1 & 1) == 0);
+  // Its generation is in progress: the bound is the clock's now, never the generation's
+  // start (200 us, before the touch).
+  at(700us);
+  BOOST_TEST((epoch.upper_bound(g1) == tp(700us)));
+  epoch.pass(at(900us));  // within the resolution: the same generation goes on
+  BOOST_TEST((epoch.stamp() == g1));
+  BOOST_TEST((epoch.upper_bound(g1) == tp(900us)));
+  epoch.pass(at(1300us));  // a new generation: g1 ended at 1300 us
+  BOOST_TEST((epoch.upper_bound(g1) == tp(1300us)));
+  BOOST_TEST(epoch.stamping());  // g1 was touched
+  const std::int64_t g2 = epoch.stamp();
+  BOOST_TEST((g2 == g1 + 2));
+
+  epoch.pass(at(2400us));  // g2 was touched: still stamped
+  BOOST_TEST((epoch.upper_bound(g2) == tp(2400us)));
+  BOOST_TEST((epoch.upper_bound(g1) == tp(1300us)));
+  BOOST_TEST(epoch.stamping());
+  BOOST_TEST((epoch.tick_at() == tp(3400us)));
+  epoch.pass(at(3500us));  // the generation from 2400 us was not touched: exact again
+  BOOST_TEST(!epoch.stamping());
+  BOOST_TEST((epoch.tick_at() == tp(3500us + 64ms)));  // the driver still passes, rarely
+  at(3600us);
+  const std::int64_t e2 = epoch.stamp();
+  BOOST_TEST((e2 & 1) == 1);
+  BOOST_TEST((epoch.upper_bound(e2) == tp(3600us)));
+  epoch.pass(at(3700us));  // within the resolution of the last start: nothing changes
+  BOOST_TEST(!epoch.stamping());
+  epoch.pass(at(4600us));  // touched while exact: stamped again
+  BOOST_TEST(epoch.stamping());
+  BOOST_TEST((epoch.stamp() & 1) == 0);
+  BOOST_TEST((epoch.upper_bound(e2) == tp(3600us)));  // exact stamps keep their time
+}
+
+// The history of generation ends, across its four levels and beyond: for many ages, the
+// bound given for a generation is the recorded end of that generation or of a later one
+// that has ended, at most 1/63 as many generations after it as it is old (the end of the
+// generation itself while it is among the last 2048), except beyond the last level.
+BOOST_AUTO_TEST_CASE(epoch_history_bounds_every_age) {
+  using twheel::detail::epoch_history;
+  auto history = std::make_unique<epoch_history>();
+  const auto end_of = [](std::uint64_t g) { return static_cast<std::int64_t>(g * 10 + 7); };
+  std::mt19937_64 rng(20261125);
+  std::uint64_t ended = 0;  // generations 0 .. ended - 1 have ended
+  std::size_t checked = 0, wrong = 0;
+  for (const std::uint64_t current : {std::uint64_t{1}, std::uint64_t{2047},
+                                      std::uint64_t{2048}, std::uint64_t{2049},
+                                      std::uint64_t{70'000}, std::uint64_t{2'200'000},
+                                      std::uint64_t{68'000'000}, std::uint64_t{69'000'000}}) {
+    for (; ended < current; ++ended) history->record(ended, end_of(ended));
+    // Ages spread over every order of magnitude, then each level's edges: the first and
+    // last generation of the blocks 2047, 2048 and 2049 blocks back.
+    std::vector<std::uint64_t> gs;
+    for (int k = 0; k < 2000; ++k) {
+      const std::uint64_t age = 1 + (rng() % current) / (std::uint64_t{1} << (rng() % 40));
+      gs.push_back(current - std::min(age, current));
+    }
+    for (unsigned level = 0; level < epoch_history::levels; ++level) {
+      const unsigned shift = epoch_history::block_bits * level;
+      for (std::uint64_t back = epoch_history::entries - 1; back <= epoch_history::entries + 1;
+           ++back) {
+        if ((current >> shift) < back) continue;
+        const std::uint64_t first_of_block = ((current >> shift) - back) << shift;
+        gs.push_back(first_of_block);
+        gs.push_back(first_of_block + (std::uint64_t{1} << shift) - 1);
+      }
+    }
+    for (const std::uint64_t g : gs) {
+      const std::int64_t bound = history->end_of(g, current);
+      // The generation whose end it is.
+      const std::uint64_t h = static_cast<std::uint64_t>((bound - 7) / 10);
+      // Beyond the last level (18 hours of 1 ms generations) only the bound holds.
+      const unsigned top = epoch_history::block_bits * (epoch_history::levels - 1);
+      const bool beyond = (current >> top) - (g >> top) > epoch_history::entries;
+      const bool ok = (bound - 7) % 10 == 0 && h >= g && h < current &&
+                      (beyond || (current - g <= epoch_history::entries
+                                      ? h == g
+                                      : (h - g) * 63 <= current - g));
+      ++checked;
+      if (!ok) {
+        ++wrong;
+        BOOST_TEST_MESSAGE("generation " << g << " of " << current << ": bound is the end of "
+                                         << h);
+      }
+    }
+  }
+  BOOST_TEST(checked > 16000u);
+  BOOST_TEST(wrong == 0u);
+}
+
+// What the driver does with an idle entry that comes due (detail::touch_epoch's stamps
+// and detail::refile_if_touched, the code wheel_service runs), on a bare timing_wheel with
+// a hand-moved clock, against a model. 400 entries with random periods are touched at
+// random times, in bursts of activity with quiet gaps (so the epoch switches between
+// generation stamps and exact ones), and time moves by random steps (fixed seed); a
+// driver pass at every step. Each wait must complete at a step at or after its last
+// touch + period, and no later than the first step at or after the upper bound of that
+// touch's time (the touch's own time for an exact stamp, the first pass that started a
+// new generation for a generation stamp) + period, rounded up to the tick (earlier when
+// its entry, filed for an older deadline, is examined in between): never early, and late
+// by less than one tick plus the step beyond the stamp's bound. Fails if a touch is not
+// seen (completes early), if the entry is re-filed from anything but its last touch's
+// bound, or if it completes a tick late.
 BOOST_AUTO_TEST_CASE(completes_at_the_first_tick_a_period_after_the_last_touch) {
   using ns = std::chrono::nanoseconds;
   using twheel::detail::idle_entry;
   std::mt19937_64 rng(20261122);
+  std::size_t stamped = 0, exact = 0;
   for (const ns tick : {ns(1ms), ns(137us), ns(5ms)}) {
     BOOST_TEST_CONTEXT("tick " << tick.count() << " ns") {
       constexpr std::size_t n = 400;
+      manual_clock::current = manual_clock::time_point{};
+      manual_epoch epoch;
+      epoch.enable();
       twheel::timing_wheel wheel(twheel::wheel_config{tick, 6});
       std::vector<idle_entry> entries(n);
       std::vector<ns> last(n, ns(0));
+      std::vector<ns> bound(n, ns(0));  // upper bound of the last touch's time, once known
+      std::vector<bool> bound_pending(n, false);  // a generation stamp whose end is to come
       std::vector<ns> completed(n, ns(-1));
       std::vector<ns> steps;
       std::uniform_int_distribution<long> period_us(1, 60'000);
@@ -329,29 +467,52 @@ BOOST_AUTO_TEST_CASE(completes_at_the_first_tick_a_period_after_the_last_touch) 
       };
       for (auto& e : entries) {
         e.period = std::chrono::microseconds(period_us(rng));
-        e.touched.store(0);  // started at time 0
+        e.touched.store(manual_epoch::exact_stamp(manual_clock::time_point{}));  // started at 0
         wheel.insert(e, e.period);
       }
       ns now{0};
       std::size_t done = 0;
       while (done < n) {
         now += std::chrono::microseconds(step_us(rng));
+        manual_clock::current = manual_clock::time_point(now);
         steps.push_back(now);
-        // Touches happen at `now`, before the driver's pass at `now`; activity stops at
-        // 300 ms so that every wait ends.
+        // Touches happen at `now`, before the driver's pass at `now`; activity comes in
+        // 20 ms bursts with 5 ms gaps, and stops at 300 ms so that every wait ends.
+        const bool active = now < 300ms && now % 25ms < 20ms;
         for (std::size_t i = 0; i < n; ++i) {
-          if (completed[i] < ns(0) && now < 300ms && touch(rng)) {
-            entries[i].touched.store(now.count());
+          if (completed[i] < ns(0) && active && touch(rng)) {
+            const std::int64_t stamp = epoch.stamp();
+            entries[i].touched.store(stamp);
             last[i] = now;
+            bound[i] = now;
+            bound_pending[i] = (stamp & 1) == 0;
+            ++((stamp & 1) == 0 ? stamped : exact);
           }
         }
+        const auto tick_at = epoch.tick_at();
+        epoch.pass(manual_clock::now());
+        // A pass due for a new generation starts one: the stamps of the last one end now.
+        if (epoch.tick_at() != tick_at) {
+          for (std::size_t i = 0; i < n; ++i) {
+            if (bound_pending[i]) {
+              bound[i] = now;
+              bound_pending[i] = false;
+            }
+          }
+        }
+        // The driver is asked to pass by the end of the generation (passes come at every
+        // step here, at most 2.5 ms apart).
+        BOOST_TEST_REQUIRE(epoch.ticking());
+        BOOST_TEST_REQUIRE((tick_at == manual_clock::time_point::min() ||
+                            tick_at.time_since_epoch() >= now - 2500us));
         twheel::wheel_entry_list due;
         wheel.advance(now, due);
         while (!due.empty()) {
           auto& e = static_cast<idle_entry&>(due.pop_front());
-          if (twheel::detail::refile_if_touched(wheel, e, now, to_wheel)) continue;
+          if (twheel::detail::refile_if_touched(wheel, e, now, epoch, to_wheel)) continue;
           const auto i = static_cast<std::size_t>(&e - entries.data());
           BOOST_TEST(completed[i] < ns(0), "entry " << i << " completed twice");
+          BOOST_TEST(!bound_pending[i], "entry " << i << " completed in its touch's generation");
           completed[i] = now;
           ++done;
         }
@@ -359,7 +520,8 @@ BOOST_AUTO_TEST_CASE(completes_at_the_first_tick_a_period_after_the_last_touch) 
       std::size_t wrong = 0;
       for (std::size_t i = 0; i < n; ++i) {
         const ns due_at = last[i] + entries[i].period;
-        const ns rounded = (due_at + tick - ns(1)) / tick * tick;
+        const ns bound_due = bound[i] + entries[i].period;
+        const ns rounded = (bound_due + tick - ns(1)) / tick * tick;
         const ns expected = *std::lower_bound(steps.begin(), steps.end(), rounded);
         if (completed[i] < due_at || completed[i] > expected) {
           ++wrong;
@@ -372,6 +534,10 @@ BOOST_AUTO_TEST_CASE(completes_at_the_first_tick_a_period_after_the_last_touch) 
       BOOST_TEST(wheel.empty());
     }
   }
+  BOOST_TEST_MESSAGE("stamps: " << stamped << " generation, " << exact << " exact");
+  // Both kinds of stamp were exercised.
+  BOOST_TEST(stamped > 1000u);
+  BOOST_TEST(exact > 100u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

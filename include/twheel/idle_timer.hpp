@@ -174,7 +174,9 @@ class basic_idle_timer {
         executor_(ex) {
     state_.period = checked(period);
     service_->attach(executor_);
+    service_->use_touch_epoch();
     state_.boxable = service_->runs_inline(executor_);
+    state_.epoch = &service_->epoch();
   }
 
   /// Constructs an idle timer with no wait pending.
@@ -238,7 +240,9 @@ class basic_idle_timer {
   /// touch() counts for the wait pending when it happens; async_wait() forgets earlier
   /// ones.
   void touch() noexcept {
-    state_.touched.store(clock_type::now().time_since_epoch().count(), std::memory_order_relaxed);
+    if (detail::touch_epoch* epoch = state_.epoch) {
+      state_.touched.store(epoch->stamp(), std::memory_order_relaxed);
+    }
   }
 
   /// Waits until the connection has been idle for a period, measured from this call or
@@ -313,7 +317,7 @@ class basic_idle_timer {
     const clock_type::time_point deadline = state_.period_after(now);
     // The start counts as a touch; earlier touches do not. Written before the entry is
     // filed, so the driver (under the lock) sees it.
-    state_.touched.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    state_.touched.store(detail::touch_epoch::exact_stamp(now), std::memory_order_relaxed);
     try {
       service_->async_wait(state_, deadline, op, executor_);
     } catch (...) {
@@ -340,6 +344,7 @@ class basic_idle_timer {
     state_.period = other.state_.period;
     state_.touched.store(other.state_.touched.load(std::memory_order_relaxed),
                          std::memory_order_relaxed);
+    state_.epoch = std::exchange(other.state_.epoch, nullptr);
     state_.boxable = other.state_.boxable;
     if (service_) service_->move(state_, other.state_);
   }

@@ -204,6 +204,12 @@ class wheel_service : public boost::asio::execution_context::service {
   template <class Executor>
   bool runs_inline(const Executor& ex) const noexcept;
 
+  /// The stamps of idle_timer::touch(); made usable by use_touch_epoch().
+  detail::touch_epoch& epoch() noexcept { return epoch_; }
+  /// Called by every idle timer's constructor (the first one allocates the epoch's
+  /// history; throws std::bad_alloc).
+  void use_touch_epoch();
+
   /// True when the wheel takes its lock (see wheel_options::single_threaded).
   bool locking() const noexcept { return mutex_.enabled(); }
 
@@ -282,6 +288,7 @@ class wheel_service : public boost::asio::execution_context::service {
   bool shut_down_ = false;
   std::optional<detail::wheel_driver> driver_;  // made by the first attach
   wheel_stats stats_;
+  detail::touch_epoch epoch_;                  // read by every touch(): its own cache line
 };
 
 }  // namespace twheel

@@ -4,12 +4,14 @@
 
 #include <twheel/detail/handler_box.hpp>
 #include <twheel/detail/op_queue.hpp>
+#include <twheel/detail/touch_epoch.hpp>
 #include <twheel/timing_wheel.hpp>
 
 #include <boost/asio/cancellation_type.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 
 namespace twheel {
 class wheel_service;
@@ -46,39 +48,41 @@ struct timer_state : wheel_entry {
 // An idle_timer's entry. The touch stamp lives in the entry itself, so that touch() is
 // one store to the timer object (no lock, no wheel operation) and the wheel reads it only
 // when the entry comes due: then the wait completes if a whole period has passed since
-// the stamp, or the entry is re-filed at stamp + period (lazily, as a later reschedule).
+// the stamp's time, or the entry is re-filed at that time + period (lazily, as a later
+// reschedule).
 struct idle_entry : timer_state {
   idle_entry() noexcept { idle = true; }
 
   using clock_type = std::chrono::steady_clock;
 
-  // An upper bound of the time of the last touch (or of the wait's start), as
-  // clock_type's count since its epoch. Written by touch() from any thread, read by the
-  // driver under the wheel's lock.
-  std::atomic<clock_type::rep> touched{0};
   clock_type::duration period{};
+  // The last touch's (or the wait's start's) stamp, from `epoch` (touch_epoch: an exact
+  // clock reading or a generation). Written by touch() from any thread, read by the
+  // driver under the wheel's lock. Beside the epoch, 16-aligned: touch() reads the one
+  // and writes the other in one cache line.
+  alignas(16) std::atomic<std::int64_t> touched{0};
+  touch_epoch* epoch = nullptr;  // the wheel's; null in a moved-from timer
 
   // A period after `t`, saturating at the clock's end.
   clock_type::time_point period_after(clock_type::time_point t) const noexcept {
     if (t > clock_type::time_point::max() - period) return clock_type::time_point::max();
     return t + period;
   }
-
-  // The wait is due at `touched + period`, saturating.
-  clock_type::time_point due() const noexcept {
-    return period_after(
-        clock_type::time_point{clock_type::duration(touched.load(std::memory_order_relaxed))});
-  }
 };
 
 // What the driver does with an idle entry that came due at wheel time `now` (its waits
-// not yet settled): re-files it at its last touch + period when that is still ahead and
-// returns true; false means the wait is complete. `to_wheel` maps a clock time point to
-// wheel time (rounding up). A template so that the test can drive it with its own clock.
-template <class ToWheelTime>
+// not yet settled): re-files it at (an upper bound of) its last touch + period when that
+// is still ahead and returns true; false means the wait is complete. `epoch` turns the
+// stamp into a time, `to_wheel` a clock time point into wheel time (rounding up).
+// Templates so that the test can drive them with its own clock.
+template <class Epoch, class ToWheelTime>
 bool refile_if_touched(timing_wheel& wheel, idle_entry& entry, std::chrono::nanoseconds now,
-                       ToWheelTime to_wheel) noexcept {
-  const std::chrono::nanoseconds due = to_wheel(entry.due());
+                       const Epoch& epoch, ToWheelTime to_wheel) noexcept {
+  const auto touched_at = epoch.upper_bound(entry.touched.load(std::memory_order_relaxed));
+  const std::chrono::nanoseconds due = to_wheel(entry.period_after(
+      idle_entry::clock_type::time_point(
+          std::chrono::duration_cast<idle_entry::clock_type::duration>(
+              touched_at.time_since_epoch()))));
   if (due <= now) return false;
   wheel.insert(entry, due);
   return true;
