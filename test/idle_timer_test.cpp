@@ -372,59 +372,66 @@ BOOST_AUTO_TEST_CASE(touch_epoch_stamps_and_their_bounds) {
   BOOST_TEST((epoch.upper_bound(e2) == tp(3600us)));  // exact stamps keep their time
 }
 
-// The history of generation ends, across its four levels and beyond: for many ages, the
-// bound given for a generation is the recorded end of that generation or of a later one
-// that has ended, at most 1/63 as many generations after it as it is old (the end of the
-// generation itself while it is among the last 2048), except beyond the last level.
+// The history of generation ends, across its levels and beyond, with generations of
+// uneven lengths (1 to 2 ms, 64 ms, and now and then a quiet 1,000 s): for many ages, the
+// bound given for a generation is never before its end; it is its end exactly while it
+// is among the last 2048; otherwise it is later by less than max(32.8 ms, 1/63 of its
+// age), except beyond the last ring (19 hours).
 BOOST_AUTO_TEST_CASE(epoch_history_bounds_every_age) {
   using twheel::detail::epoch_history;
   auto history = std::make_unique<epoch_history>();
-  const auto end_of = [](std::uint64_t g) { return static_cast<std::int64_t>(g * 10 + 7); };
   std::mt19937_64 rng(20261125);
-  std::uint64_t ended = 0;  // generations 0 .. ended - 1 have ended
-  std::size_t checked = 0, wrong = 0;
-  for (const std::uint64_t current : {std::uint64_t{1}, std::uint64_t{2047},
-                                      std::uint64_t{2048}, std::uint64_t{2049},
-                                      std::uint64_t{70'000}, std::uint64_t{2'200'000},
-                                      std::uint64_t{68'000'000}, std::uint64_t{69'000'000}}) {
-    for (; ended < current; ++ended) history->record(ended, end_of(ended));
-    // Ages spread over every order of magnitude, then each level's edges: the first and
-    // last generation of the blocks 2047, 2048 and 2049 blocks back.
-    std::vector<std::uint64_t> gs;
-    for (int k = 0; k < 2000; ++k) {
-      const std::uint64_t age = 1 + (rng() % current) / (std::uint64_t{1} << (rng() % 40));
-      gs.push_back(current - std::min(age, current));
+  std::vector<std::int64_t> ends;  // ends[g]: when generation g ended
+  std::int64_t t = 5'000'000'000;  // ns
+  std::size_t checked = 0, wrong = 0, beyond_checked = 0;
+  const std::int64_t last_ring = epoch_history::entries *
+                                 epoch_history::bucket_ns[epoch_history::bucket_levels - 1];
+  const auto check = [&](std::uint64_t g) {
+    const std::uint64_t current = ends.size();
+    const std::int64_t bound = history->end_of(g, current);
+    const std::int64_t end = ends[g];
+    const std::int64_t age = ends.back() - end;
+    const std::int64_t late = bound - end;
+    const bool beyond = age > last_ring - 2 * epoch_history::bucket_ns[2];
+    bool ok = late >= 0;
+    if (current - g <= epoch_history::entries) {
+      ok = ok && late == 0;
+    } else if (!beyond) {
+      ok = ok && late < std::max<std::int64_t>(epoch_history::bucket_ns[0], age / 63);
+    } else {
+      ++beyond_checked;
     }
-    for (unsigned level = 0; level < epoch_history::levels; ++level) {
-      const unsigned shift = epoch_history::block_bits * level;
-      for (std::uint64_t back = epoch_history::entries - 1; back <= epoch_history::entries + 1;
-           ++back) {
-        if ((current >> shift) < back) continue;
-        const std::uint64_t first_of_block = ((current >> shift) - back) << shift;
-        gs.push_back(first_of_block);
-        gs.push_back(first_of_block + (std::uint64_t{1} << shift) - 1);
-      }
+    ++checked;
+    if (!ok) {
+      ++wrong;
+      BOOST_TEST_MESSAGE("generation " << g << " of " << current << ": ended " << end
+                                       << ", bound " << bound << ", age " << age);
     }
-    for (const std::uint64_t g : gs) {
-      const std::int64_t bound = history->end_of(g, current);
-      // The generation whose end it is.
-      const std::uint64_t h = static_cast<std::uint64_t>((bound - 7) / 10);
-      // Beyond the last level (18 hours of 1 ms generations) only the bound holds.
-      const unsigned top = epoch_history::block_bits * (epoch_history::levels - 1);
-      const bool beyond = (current >> top) - (g >> top) > epoch_history::entries;
-      const bool ok = (bound - 7) % 10 == 0 && h >= g && h < current &&
-                      (beyond || (current - g <= epoch_history::entries
-                                      ? h == g
-                                      : (h - g) * 63 <= current - g));
-      ++checked;
-      if (!ok) {
-        ++wrong;
-        BOOST_TEST_MESSAGE("generation " << g << " of " << current << ": bound is the end of "
-                                         << h);
-      }
+  };
+  for (int round = 0; round < 12; ++round) {
+    for (int k = 0; k < 40'000; ++k) {
+      const auto kind = rng() % 1000;
+      t += kind < 900 ? 1'000'000 + static_cast<std::int64_t>(rng() % 1'000'000)
+           : kind < 999 ? 64'000'000
+                        : 1'000'000'000'000;
+      history->record(ends.size(), t);
+      ends.push_back(t);
     }
+    // Ages spread over every order of magnitude, and the last 2049 generations.
+    for (int k = 0; k < 3000; ++k) {
+      const std::uint64_t age = 1 + (rng() % ends.size()) / (std::uint64_t{1} << (rng() % 24));
+      check(ends.size() - std::min<std::uint64_t>(age, ends.size()));
+    }
+    for (std::uint64_t back = 1; back <= epoch_history::entries + 1; back += 256) {
+      check(ends.size() - back);
+    }
+    check(ends.size() - epoch_history::entries - 1);
   }
-  BOOST_TEST(checked > 16000u);
+  BOOST_TEST_MESSAGE(checked << " bounds checked, " << beyond_checked << " beyond the rings; "
+                             << "last generation ended at " << ends.back() / 1'000'000'000
+                             << " s");
+  BOOST_TEST(beyond_checked > 0u);
+  BOOST_TEST(checked - beyond_checked > 30'000u);
   BOOST_TEST(wrong == 0u);
 }
 

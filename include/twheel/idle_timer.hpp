@@ -124,22 +124,38 @@ class idle_wait_op {
 }  // namespace detail
 
 /// Completes a wait once a connection has been idle for a period. touch() records
-/// activity: one read of steady_clock and one store into the timer object itself (no
-/// lock, no allocation, no wheel operation), from any thread.
+/// activity: one store of a stamp into the timer object itself (no lock, no allocation,
+/// no wheel operation), from any thread.
 ///
 /// The timer is itself the wheel entry. Its entry stays filed at the deadline it had; when
-/// that comes due, the wheel compares the last touch's stamp with the clock and either
-/// completes the wait or re-files the entry at stamp + period.
+/// that comes due, the wheel turns the last touch's stamp into a time and either
+/// completes the wait or re-files the entry at that time + period.
+///
+/// @par The stamp
+/// While the connections of a context are touched at least once a millisecond, the stamp
+/// is the wheel's current generation, read from one word of the service (no clock read:
+/// at a million connections the ordered clock read was most of touch()'s cost); the wheel
+/// starts a generation every millisecond at most and reads a stamp as the end of its
+/// generation, an upper bound of the touch's time. After a millisecond with no touch, the
+/// stamp is a steady_clock reading taken inside touch() until the wheel's next pass sees
+/// touches again. Either way it is an upper bound of the time touch() was called.
 ///
 /// @par The guarantee
 /// A wait never completes before `period` has passed since the later of its start and its
-/// last touch(). It completes at most one wheel tick (wheel_options::tick) plus
-/// scheduling delay after that. The stamp touch() stores is steady_clock's now, read
-/// inside touch(): an upper bound of the time touch() was called, exact to the clock
-/// (resolution 1 ns here). A coarse clock would be cheaper (CLOCK_MONOTONIC_COARSE), but
-/// it lags the true time by up to its resolution plus the delay of the kernel's tick
-/// (bench/bench_clocks measured at least 4.9 ms for a 4 ms resolution on a VM), so
-/// "coarse + resolution" is not an upper bound and would let a wait complete early.
+/// last touch(). It completes at most one wheel tick (wheel_options::tick), plus the
+/// stamp's resolution, plus scheduling delay after that. The resolution is 0 for a clock
+/// reading; for a generation it is its length, 1 ms while the driver keeps up, and for a
+/// touch more than 2,048 generations old when its entry comes due (a period longer than
+/// about 2 s), less than the larger of 33 ms and 1/64 of its age (so under 33 ms for
+/// periods up to a minute, under 1.1 s up to half an hour). A coarse
+/// clock would be cheaper than the exact one, but it lags the true time by up to its
+/// resolution plus the delay of the kernel's tick (bench/bench_clocks measured at least
+/// 4.9 ms for a 4 ms resolution on a VM), so it is no upper bound and would let a wait
+/// complete early.
+///
+/// @par What it costs the wheel
+/// While touches are stamped with generations, the wheel's driver wakes every millisecond
+/// (while any wait of the context is pending); otherwise every 64 ms, to notice touches.
 ///
 /// Two caveats, both about touches that overlap something. A touch() running while the
 /// wheel decides the wait may be too late to count (the wait completes). When several
@@ -234,11 +250,10 @@ class basic_idle_timer {
     return state_.period;
   }
 
-  /// Records activity. O(1), lock-free, allocates nothing: a read of steady_clock and one
-  /// relaxed store into this object (a blind store: at a million connections the cold
-  /// cache line is written without the CPU waiting for it). Safe from any thread. A
-  /// touch() counts for the wait pending when it happens; async_wait() forgets earlier
-  /// ones.
+  /// Records activity. O(1), lock-free, allocates nothing: a relaxed load of the wheel's
+  /// generation (or, while touches are rare, a read of steady_clock) and one relaxed
+  /// store into this object, in one cache line of it. Safe from any thread. A touch()
+  /// counts for the wait pending when it happens; async_wait() forgets earlier ones.
   void touch() noexcept {
     if (detail::touch_epoch* epoch = state_.epoch) {
       state_.touched.store(epoch->stamp(), std::memory_order_relaxed);
@@ -251,7 +266,8 @@ class basic_idle_timer {
   /// This function is an initiating function for an asynchronous operation, and always
   /// returns immediately; the handler is never invoked from inside it. The wait completes
   /// no earlier than `period` after this call and after the last touch(), and at most one
-  /// wheel tick (wheel_options::tick) plus scheduling delay after the later of the two.
+  /// wheel tick (wheel_options::tick) plus the touch stamp's resolution (see the class)
+  /// plus scheduling delay after the later of the two.
   ///
   /// One wait at a time: a new wait aborts the pending one. Start it once the previous
   /// one has completed, though: a wait started after the previous one's period ended but

@@ -3,6 +3,7 @@
 #ifndef TWHEEL_DETAIL_TOUCH_EPOCH_HPP
 #define TWHEEL_DETAIL_TOUCH_EPOCH_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -10,52 +11,87 @@
 
 namespace twheel::detail {
 
-// When generations ended, for the stamps of earlier generations: the exact end of each of
-// the last 2048 generations, then the end of each of the last 2048 blocks of 32, of 1024
-// and of 32768 generations. A stamp's bound is the end of the smallest such unit that
-// still holds it: the end of a generation at most 1/64 as many generations after the
-// stamp's as the stamp is old (a level is used only once the one below no longer holds
-// it). Stamps older than all of that (18 hours of 1 ms generations) get the oldest end
-// kept: still an upper bound, only later.
+// When generations ended, for the stamps of earlier generations (times are clock ticks
+// of nanoseconds, >= 0). The last 2048 generations' ends are kept exactly. An older
+// stamp is bounded by the end of the time bucket in which the next generation started,
+// from three rings of 2048 buckets: 32.768 ms (the last 67 s), 1.049 s (the last 36 min)
+// and 33.55 s (the last 19 hours). That bound is later than the generation's end by less
+// than a bucket, and a level is used only once the finer one no longer holds the stamp,
+// so by at most 1/64 of the stamp's age. Older still: the oldest bucket kept, an upper
+// bound that is only later. Buckets, not blocks of generations, because generations
+// differ in length (1 ms while touches are stamped, 64 ms while not).
 class epoch_history {
  public:
-  static constexpr unsigned levels = 4;
-  static constexpr unsigned entry_bits = 11;  // 2048 ends per level
-  static constexpr unsigned block_bits = 5;   // each level's unit is 32 of the one below
+  static constexpr unsigned entry_bits = 11;
   static constexpr std::uint64_t entries = std::uint64_t{1} << entry_bits;
+  static constexpr unsigned bucket_levels = 3;
+  static constexpr std::int64_t bucket_ns[bucket_levels] = {std::int64_t{1} << 25,
+                                                            std::int64_t{1} << 30,
+                                                            std::int64_t{1} << 35};
 
-  // Generation `g` ended at `end` (clock ticks); generations end in order, each once.
+  // Generation `g` ended at `end`, when g + 1 started; generations end in order, each
+  // once, from 0.
   void record(std::uint64_t g, std::int64_t end) noexcept {
-    for (unsigned level = 0; level < levels; ++level) {
-      const unsigned shift = block_bits * level;
-      const std::uint64_t unit = std::uint64_t{1} << shift;
-      if ((g & (unit - 1)) != unit - 1) break;  // g does not end a block of this level
-      end_[level][(g >> shift) & (entries - 1)] = end;
+    ends_[g & (entries - 1)] = end;
+    for (unsigned level = 0; level < bucket_levels; ++level) {
+      bucket_ring& ring = rings_[level];
+      const std::int64_t b = end / bucket_ns[level];
+      if (!ring.started) {
+        ring.started = true;
+        ring.first = ring.open = b;
+      }
+      // The buckets from the open one to b's close with g in progress at their end.
+      const std::int64_t from =
+          b - ring.open > static_cast<std::int64_t>(entries) ? b - entries : ring.open;
+      for (std::int64_t c = from; c < b; ++c) ring.at(c) = g;
+      ring.open = b;
+      ring.at(b) = g + 1;  // in progress at the end of b, so far
     }
   }
 
   // An upper bound of the end of generation `g`, given that `current` > g is in progress.
   std::int64_t end_of(std::uint64_t g, std::uint64_t current) const noexcept {
-    for (unsigned level = 0; level < levels; ++level) {
-      const unsigned shift = block_bits * level;
-      const std::uint64_t block = g >> shift;
-      const std::uint64_t current_block = current >> shift;
-      // A block is recorded once its last generation has ended (block < current_block)
-      // and kept until `entries` later blocks have ended.
-      if (block < current_block && current_block - block <= entries) {
-        return end_[level][block & (entries - 1)];
+    if (current - g <= entries) return ends_[g & (entries - 1)];
+    std::int64_t bound = 0;
+    for (unsigned level = 0; level < bucket_levels; ++level) {
+      const bucket_ring& ring = rings_[level];
+      const std::int64_t hi = ring.open;  // open: g + 1 may have started in it
+      const std::int64_t lo = std::max(ring.first, hi - static_cast<std::int64_t>(entries) + 1);
+      bound = (lo + 1) * bucket_ns[level];
+      // g + 1 started at or before lo, which is not the first bucket: too old here.
+      if (ring.at(lo) >= g + 1 && lo != ring.first) continue;
+      // The first bucket at whose end g + 1 had started (the open one's end at the latest).
+      std::int64_t a = lo, z = hi;
+      while (a < z) {
+        const std::int64_t mid = a + (z - a) / 2;
+        if (ring.at(mid) >= g + 1) {
+          z = mid;
+        } else {
+          a = mid + 1;
+        }
       }
+      return (a + 1) * bucket_ns[level];
     }
-    // Older than every level: the oldest end kept ends after it.
-    const unsigned shift = block_bits * (levels - 1);
-    const std::uint64_t current_block = current >> shift;
-    if (current_block == 0) return end_[0][(current - 1) & (entries - 1)];  // unreachable
-    const std::uint64_t oldest = current_block > entries ? current_block - entries : 0;
-    return end_[levels - 1][oldest & (entries - 1)];
+    return bound;  // older than every ring: the end of the oldest bucket kept
   }
 
  private:
-  std::int64_t end_[levels][entries] = {};
+  struct bucket_ring {
+    bool started = false;
+    std::int64_t first = 0;  // the bucket of the first generation's end
+    std::int64_t open = 0;   // the bucket of the last generation's end
+    std::uint64_t gen[entries] = {};  // the generation in progress at each bucket's end
+
+    std::uint64_t& at(std::int64_t b) noexcept {
+      return gen[static_cast<std::uint64_t>(b) & (entries - 1)];
+    }
+    const std::uint64_t& at(std::int64_t b) const noexcept {
+      return gen[static_cast<std::uint64_t>(b) & (entries - 1)];
+    }
+  };
+
+  std::int64_t ends_[entries] = {};
+  bucket_ring rings_[bucket_levels];
 };
 
 // The stamp touch() stores, and the upper bound of the touch's time the wheel reads from
