@@ -10,8 +10,8 @@
 // (the last read's completion + T), from a clock read the example makes before touch()
 // for this report (so a close is never reported early unless it was). It measures the
 // wheel without the client's own delays, for the silent connections (never read) and the
-// talkers (read at least once) apart. example/idle_echo_client.py drives it with thousands
-// of connections.
+// talkers (read at least once) apart, and how the talkers' closes kept pace with their
+// deadlines. example/idle_echo_client.py drives it with thousands of connections.
 //
 // With --timer asio it does the same with a boost::asio::steady_timer per connection,
 // re-armed on every read (expires_after() + async_wait(), as Beast's tcp_stream does before
@@ -132,7 +132,34 @@ struct counters {
   // per idle close: close - (last read + T), for connections never read and the others
   std::vector<double> silent_close_late_ms;
   std::vector<double> talker_close_late_ms;
+  // the talkers' idle closes: when each came due (last read + T) and when it was closed
+  std::vector<clock_type::time_point> talker_due;
+  std::vector<clock_type::time_point> talker_closed;
 };
+
+// How the server's thread kept up with the talkers' closes: they stop talking together, so
+// their deadlines come due within the few milliseconds their last lines took to echo, and
+// the closes follow one at a time. When the closes span more than the deadlines, the thread
+// was slower to close than it had been to read (or was stalled: the longest pause).
+std::string close_pace(std::vector<clock_type::time_point> due,
+                       std::vector<clock_type::time_point> closed) {
+  if (closed.size() < 2) return "none";
+  std::sort(due.begin(), due.end());
+  std::sort(closed.begin(), closed.end());
+  std::vector<double> gaps_us;
+  for (std::size_t i = 1; i < closed.size(); ++i) {
+    gaps_us.push_back(std::chrono::duration<double, std::micro>(closed[i] - closed[i - 1]).count());
+  }
+  std::sort(gaps_us.begin(), gaps_us.end());
+  using ms = std::chrono::duration<double, std::milli>;
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "deadlines over %.2f ms, closes over %.2f ms, %.1f us apart at the median, "
+                "longest pause %.2f ms",
+                ms(due.back() - due.front()).count(), ms(closed.back() - closed.front()).count(),
+                gaps_us[gaps_us.size() / 2], gaps_us.back() / 1000);
+  return text;
+}
 
 class server;
 
@@ -318,11 +345,16 @@ void connection::close(close_reason why) {
   switch (why) {
     case close_reason::idle: {
       ++stats.closed_idle;
-      const std::chrono::duration<double, std::milli> idle = clock_type::now() - last_read_;
+      const clock_type::time_point closed_at = clock_type::now();
+      const std::chrono::duration<double, std::milli> idle = closed_at - last_read_;
       (reads_ > 1 ? stats.talker_close_late_ms : stats.silent_close_late_ms)
           .push_back(
               (idle - std::chrono::duration<double, std::milli>(server_.opts().idle_timeout))
                   .count());
+      if (reads_ > 1) {
+        stats.talker_due.push_back(last_read_ + server_.opts().idle_timeout);
+        stats.talker_closed.push_back(closed_at);
+      }
       if (server_.opts().verbose) {
         std::printf("closed idle connection from %s:%u: no byte for %.1f ms\n",
                     peer_.address().to_string().c_str(), unsigned{peer_.port()}, idle.count());
@@ -381,5 +413,6 @@ int main(int argc, char** argv) {
               opts->asio_timers ? "asio" : "twheel", percentiles(all).c_str());
   std::printf("  silent: %s\n", percentiles(s.silent_close_late_ms).c_str());
   std::printf("  talkers: %s\n", percentiles(s.talker_close_late_ms).c_str());
+  std::printf("  talkers' closes: %s\n", close_pace(s.talker_due, s.talker_closed).c_str());
   return 0;
 }
