@@ -55,8 +55,12 @@ wheel_service::~wheel_service() {
 }
 
 void wheel_service::use_touch_epoch() {
+  // Only the driver's passes read the history, under the lock: the flag only saves the
+  // lock of every later idle timer's construction.
+  if (epoch_in_use_.load(std::memory_order_relaxed)) return;
   lock_type lock(mutex_);
   epoch_.enable();
+  epoch_in_use_.store(true, std::memory_order_relaxed);
 }
 
 std::chrono::nanoseconds wheel_service::wheel_time(clock_type::time_point t) const noexcept {

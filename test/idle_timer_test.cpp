@@ -295,6 +295,21 @@ BOOST_AUTO_TEST_CASE(never_early_across_many_timers) {
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
 
+// The first idle timer of a context turns its wheel's touch stamps on (the epoch's history,
+// and the driver's ticks while touches are stamped); later ones find them on.
+BOOST_AUTO_TEST_CASE(the_first_idle_timer_turns_the_touch_stamps_on) {
+  asio::io_context ctx;
+  twheel::steady_timer plain(ctx);  // the wheel exists, with no idle timer yet
+  auto& service = twheel::wheel_service::of(ctx);
+  BOOST_TEST(!service.epoch().ticking());
+  {
+    idle_timer first(ctx, 1s);
+    BOOST_TEST(service.epoch().ticking());
+  }
+  idle_timer second(ctx.get_executor(), 1s);
+  BOOST_TEST(service.epoch().ticking());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------

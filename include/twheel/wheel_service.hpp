@@ -207,7 +207,7 @@ class wheel_service : public boost::asio::execution_context::service {
   /// The stamps of idle_timer::touch(); made usable by use_touch_epoch().
   detail::touch_epoch& epoch() noexcept { return epoch_; }
   /// Called by every idle timer's constructor (the first one allocates the epoch's
-  /// history; throws std::bad_alloc).
+  /// history under the lock, and may throw std::bad_alloc; the others take no lock).
   void use_touch_epoch();
 
   /// True when the wheel takes its lock (see wheel_options::single_threaded).
@@ -289,6 +289,7 @@ class wheel_service : public boost::asio::execution_context::service {
   std::optional<detail::wheel_driver> driver_;  // made by the first attach
   wheel_stats stats_;
   detail::touch_epoch epoch_;                  // read by every touch(): its own cache line
+  std::atomic<bool> epoch_in_use_{false};      // epoch_ enabled: set once, under the lock
 };
 
 }  // namespace twheel
