@@ -55,8 +55,8 @@ wheel_service::~wheel_service() {
 }
 
 void wheel_service::use_touch_epoch() {
-  // Only the driver's passes read the history, under the lock: the flag only saves the
-  // lock of every later idle timer's construction.
+  // The history is read only under the lock (the driver's passes, ensure_driver()): the
+  // flag only spares every later idle timer's construction the lock.
   if (epoch_in_use_.load(std::memory_order_relaxed)) return;
   lock_type lock(mutex_);
   epoch_.enable();

@@ -140,7 +140,8 @@ class basic_touch_epoch {
     return static_cast<std::int64_t>(t.time_since_epoch().count()) * 2 + 1;
   }
 
-  // Called by every idle timer's constructor: the history is made with the first one.
+  // Called under the service's lock by wheel_service::use_touch_epoch() until it has
+  // succeeded once (a context's first idle timer); makes the history, once.
   // Throws std::bad_alloc; then nothing changed.
   void enable() {
     if (!history_) history_ = std::make_unique<epoch_history>();
