@@ -165,8 +165,10 @@ void wheel_service::flush_aborted(bool invoke) {
 void wheel_service::ensure_driver() {
   auto next = wheel_.next_expiry();
   // Touches stamped with the generation in progress: it must end within its resolution.
-  if (epoch_.ticking()) {
-    const auto tick = wheel_time(epoch_.tick_at());
+  // Every wheel with idle timers keeps the process's generations going; the first to pass
+  // at tick_at() starts the next one, and the others then wait for the one after.
+  if (keeps_touch_epoch()) {
+    const auto tick = wheel_time(epoch().tick_at());
     if (!next || tick < *next) next = tick;
   }
   if (!next || driver_->wanted_by(*next)) return;  // ensure() would change nothing
@@ -204,7 +206,7 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     ++stats_.wakeups;
     wheel_entry_list due;
     const clock_type::time_point clock_now = clock_type::now();
-    epoch_.pass(clock_now);  // before any stamp is read
+    if (keeps_touch_epoch()) epoch().pass(clock_now);  // before any stamp is read
     std::chrono::nanoseconds now = wheel_time(clock_now);
     // Entries examined so far: each one examined is either detached or re-filed.
     const auto examined = [this] {
@@ -253,7 +255,7 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
 }
 
 bool wheel_service::refile_idle(detail::timer_state& timer, std::chrono::nanoseconds now) noexcept {
-  return detail::refile_if_touched(wheel_, static_cast<detail::idle_entry&>(timer), now, epoch_,
+  return detail::refile_if_touched(wheel_, static_cast<detail::idle_entry&>(timer), now, epoch(),
                                    [this](clock_type::time_point t) { return wheel_time(t); });
 }
 

@@ -55,11 +55,10 @@ wheel_service::~wheel_service() {
 }
 
 void wheel_service::use_touch_epoch() {
-  // The history is read only under the lock (the driver's passes, ensure_driver()): the
-  // flag only spares every later idle timer's construction the lock.
   if (epoch_in_use_.load(std::memory_order_relaxed)) return;
-  lock_type lock(mutex_);
-  epoch_.enable();
+  epoch().enable();  // the epoch's own lock; once per process it allocates
+  // Set by the thread that then starts the timer's waits: its ensure_driver() sees it, and
+  // so does every pass after that (the service's lock orders them).
   epoch_in_use_.store(true, std::memory_order_relaxed);
 }
 

@@ -295,19 +295,52 @@ BOOST_AUTO_TEST_CASE(never_early_across_many_timers) {
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
 
-// The first idle timer of a context turns its wheel's touch stamps on (the epoch's history,
-// and the driver's ticks while touches are stamped); later ones find them on.
+// The first idle timer of a context makes its wheel keep the process's touch epoch going
+// (the epoch's history, and the driver's ticks while touches are stamped); later ones find
+// it so. A wheel with no idle timer does not tick for the epoch.
 BOOST_AUTO_TEST_CASE(the_first_idle_timer_turns_the_touch_stamps_on) {
   asio::io_context ctx;
   twheel::steady_timer plain(ctx);  // the wheel exists, with no idle timer yet
   auto& service = twheel::wheel_service::of(ctx);
-  BOOST_TEST(!service.epoch().ticking());
+  BOOST_TEST(!service.keeps_touch_epoch());
   {
     idle_timer first(ctx, 1s);
+    BOOST_TEST(service.keeps_touch_epoch());
     BOOST_TEST(service.epoch().ticking());
   }
   idle_timer second(ctx.get_executor(), 1s);
-  BOOST_TEST(service.epoch().ticking());
+  BOOST_TEST(service.keeps_touch_epoch());
+  asio::io_context other;
+  twheel::steady_timer other_plain(other);
+  BOOST_TEST(!twheel::wheel_service::of(other).keeps_touch_epoch());
+  BOOST_TEST((&twheel::wheel_service::of(other).epoch() == &service.epoch()));
+}
+
+// The epoch is the process's, but only wheels with idle timers keep it going: another
+// context's wheel, with one steady_timer wait pending a second out, does not wake while
+// an idle timer elsewhere is touched (it would every millisecond if it kept the epoch).
+BOOST_AUTO_TEST_CASE(a_wheel_without_idle_timers_does_not_tick_for_the_epoch) {
+  asio::io_context idle_ctx;
+  idle_timer idle(idle_ctx, 1s);
+  idle.async_wait([](error_code) {});
+  asio::io_context ctx;
+  twheel::steady_timer plain(ctx, 1s);
+  plain.async_wait([](error_code) {});
+  const auto wakeups = twheel::stats(ctx).wakeups;
+  // Long enough for the idle timer's wheel to end an exact generation (64 ms) and then
+  // stamp the touches, passing every millisecond.
+  const auto until = wall::now() + 150ms;
+  while (wall::now() < until) {
+    idle.touch();
+    idle_ctx.poll();
+    ctx.run_for(1ms);
+  }
+  BOOST_TEST(twheel::stats(ctx).wakeups == wakeups);
+  BOOST_TEST(twheel::stats(idle_ctx).wakeups > 5u);  // the idle timer's wheel did pass
+  plain.cancel();
+  idle.cancel();
+  ctx.run();
+  idle_ctx.run();
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -385,6 +418,57 @@ BOOST_AUTO_TEST_CASE(touch_epoch_stamps_and_their_bounds) {
   BOOST_TEST(epoch.stamping());
   BOOST_TEST((epoch.stamp() & 1) == 0);
   BOOST_TEST((epoch.upper_bound(e2) == tp(3600us)));  // exact stamps keep their time
+}
+
+// The process's epoch is used by every wheel's driver at once: two threads pass (each
+// may start a generation, or find it started), two touch and read back bounds, on the
+// real clock, for 60 ms. Every bound of a stamp is at or after the time read before the
+// touch (never early) and at or before the time read after asking for the bound (no
+// bound from the future). TSan checks the lock-free reads against the passes.
+BOOST_AUTO_TEST_CASE(touch_epoch_shared_by_passing_and_touching_threads) {
+  twheel::detail::basic_touch_epoch<wall> epoch;
+  epoch.enable();
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> checked{0}, wrong{0}, generation_stamps{0};
+  std::vector<std::thread> threads;
+  for (int d = 0; d < 2; ++d) {
+    threads.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        epoch.pass(wall::now());
+        std::this_thread::sleep_for(100us);
+      }
+    });
+  }
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {
+      std::vector<std::pair<wall::time_point, std::int64_t>> touches;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const auto before = wall::now();
+        const std::int64_t stamp = epoch.stamp();
+        if ((stamp & 1) == 0) generation_stamps.fetch_add(1, std::memory_order_relaxed);
+        touches.emplace_back(before, stamp);
+        // The bounds of a few earlier touches: some in the generation in progress, most
+        // in ended ones.
+        for (std::size_t back : {std::size_t{1}, std::size_t{37}, std::size_t{1000}}) {
+          if (touches.size() < back) continue;
+          const auto& [at, s] = touches[touches.size() - back];
+          const auto bound = epoch.upper_bound(s);
+          const auto after = wall::now();
+          checked.fetch_add(1, std::memory_order_relaxed);
+          if (bound < at || bound > after) wrong.fetch_add(1, std::memory_order_relaxed);
+        }
+        std::this_thread::sleep_for(10us);
+      }
+    });
+  }
+  std::this_thread::sleep_for(60ms);
+  stop = true;
+  for (auto& t : threads) t.join();
+  BOOST_TEST_MESSAGE(checked.load() << " bounds checked, " << generation_stamps.load()
+                                    << " generation stamps");
+  BOOST_TEST(checked.load() > 100u);
+  BOOST_TEST(generation_stamps.load() > 0u);
+  BOOST_TEST(wrong.load() == 0u);
 }
 
 // The history of generation ends, across its levels and beyond, with generations of
@@ -872,6 +956,59 @@ BOOST_AUTO_TEST_CASE(touch_racing_the_expiry_from_another_thread) {
     }
     BOOST_TEST(twheel::stats(ctx).pending == 0u);
   }
+}
+
+// Two contexts, each run by its own thread, share the process's touch epoch: either
+// driver may start the generation whose end bounds the other's stamps. A third thread
+// touches the timers of both every 200 us, then stops. Each wait completes once, with
+// success, never before the last sweep of touches began + period.
+BOOST_AUTO_TEST_CASE(touches_on_two_contexts_share_the_epoch) {
+  constexpr std::size_t n = 10;
+  constexpr auto period = 100ms;  // long against a loaded machine's stalls of the thread
+  asio::io_context ctx[2];
+  std::vector<std::unique_ptr<idle_timer>> timers;
+  std::vector<outcome> outs(2 * n);
+  for (std::size_t i = 0; i < 2 * n; ++i) {
+    timers.push_back(std::make_unique<idle_timer>(ctx[i % 2], period));
+    timers.back()->async_wait(outs[i].handler());
+  }
+  wall::time_point last_sweep{};  // written by the thread, read after join()
+  wall::duration longest_gap{};
+  int sweeps = 0;
+  std::thread toucher([&] {
+    const auto until = wall::now() + 150ms;
+    while (wall::now() < until) {
+      const auto now = wall::now();
+      if (sweeps > 0) longest_gap = std::max(longest_gap, now - last_sweep);
+      last_sweep = now;
+      for (auto& t : timers) t->touch();
+      ++sweeps;
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  std::thread second([&] { run_ctx(ctx[1]); });
+  run_ctx(ctx[0]);
+  second.join();
+  toucher.join();
+  // A toucher stalled for half a period lets waits complete legitimately before its later
+  // sweeps (see touch_racing_the_expiry_from_another_thread).
+  const bool stalled = longest_gap >= period / 2;
+  if (stalled) {
+    BOOST_TEST_MESSAGE("the touching thread stalled for " << ms(longest_gap)
+                                                          << " ms; lower bound not checked");
+  } else {
+    BOOST_TEST(sweeps > 10);
+  }
+  for (std::size_t i = 0; i < 2 * n; ++i) {
+    BOOST_TEST(outs[i].calls == 1);
+    BOOST_TEST(!outs[i].ec);
+    if (stalled) continue;
+    BOOST_TEST((outs[i].at >= last_sweep + period),
+               "timer " << i << " completed " << ms(outs[i].at - last_sweep)
+                        << " ms after the last sweep of touches began");
+  }
+  BOOST_TEST(twheel::stats(ctx[0]).pending == 0u);
+  BOOST_TEST(twheel::stats(ctx[1]).pending == 0u);
 }
 
 // Several threads touching, the context run by two threads.

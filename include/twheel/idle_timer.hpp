@@ -192,7 +192,6 @@ class basic_idle_timer {
     service_->attach(executor_);
     service_->use_touch_epoch();
     state_.boxable = service_->runs_inline(executor_);
-    state_.epoch = &service_->epoch();
   }
 
   /// Constructs an idle timer with no wait pending.
@@ -255,9 +254,9 @@ class basic_idle_timer {
   /// store into this object, in one cache line of it. Safe from any thread. A touch()
   /// counts for the wait pending when it happens; async_wait() forgets earlier ones.
   void touch() noexcept {
-    if (detail::touch_epoch* epoch = state_.epoch) {
-      state_.touched.store(epoch->stamp(), std::memory_order_relaxed);
-    }
+    // No read of this object first: the store's cache miss does not hold up the caller.
+    // A moved-from timer's stamp is never read (a move into it overwrites it).
+    state_.touched.store(detail::process_touch_epoch().stamp(), std::memory_order_relaxed);
   }
 
   /// Waits until the connection has been idle for a period, measured from this call or
@@ -360,7 +359,6 @@ class basic_idle_timer {
     state_.period = other.state_.period;
     state_.touched.store(other.state_.touched.load(std::memory_order_relaxed),
                          std::memory_order_relaxed);
-    state_.epoch = std::exchange(other.state_.epoch, nullptr);
     state_.boxable = other.state_.boxable;
     if (service_) service_->move(state_, other.state_);
   }

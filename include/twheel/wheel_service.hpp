@@ -204,11 +204,16 @@ class wheel_service : public boost::asio::execution_context::service {
   template <class Executor>
   bool runs_inline(const Executor& ex) const noexcept;
 
-  /// The stamps of idle_timer::touch(); made usable by use_touch_epoch().
-  detail::touch_epoch& epoch() noexcept { return epoch_; }
-  /// Called by every idle timer's constructor (the first one allocates the epoch's
-  /// history under the lock, and may throw std::bad_alloc; the others take no lock).
+  /// The stamps of idle_timer::touch(): the process's, shared by every wheel.
+  static detail::touch_epoch& epoch() noexcept { return detail::process_touch_epoch(); }
+  /// Called by every idle timer's constructor: from the first one on, the driver's passes
+  /// keep the epoch's generations going (the process's first idle timer also makes the
+  /// epoch's history, and may throw std::bad_alloc; later ones only read a flag).
   void use_touch_epoch();
+  /// Whether this wheel has had an idle timer: its driver then keeps the epoch going.
+  bool keeps_touch_epoch() const noexcept {
+    return epoch_in_use_.load(std::memory_order_relaxed);
+  }
 
   /// True when the wheel takes its lock (see wheel_options::single_threaded).
   bool locking() const noexcept { return mutex_.enabled(); }
@@ -288,8 +293,7 @@ class wheel_service : public boost::asio::execution_context::service {
   bool shut_down_ = false;
   std::optional<detail::wheel_driver> driver_;  // made by the first attach
   wheel_stats stats_;
-  detail::touch_epoch epoch_;                  // read by every touch(): its own cache line
-  std::atomic<bool> epoch_in_use_{false};      // epoch_ enabled: set once, under the lock
+  std::atomic<bool> epoch_in_use_{false};      // an idle timer was made: set once
 };
 
 }  // namespace twheel

@@ -56,12 +56,10 @@ struct idle_entry : timer_state {
   using clock_type = std::chrono::steady_clock;
 
   clock_type::duration period{};
-  // The last touch's (or the wait's start's) stamp, from `epoch` (touch_epoch: an exact
+  // The last touch's (or the wait's start's) stamp, from process_touch_epoch() (an exact
   // clock reading or a generation). Written by touch() from any thread, read by the
-  // driver under the wheel's lock. Beside the epoch, 16-aligned: touch() reads the one
-  // and writes the other in one cache line.
-  alignas(16) std::atomic<std::int64_t> touched{0};
-  touch_epoch* epoch = nullptr;  // the wheel's; null in a moved-from timer
+  // driver under the wheel's lock. touch() writes it without reading the object first.
+  std::atomic<std::int64_t> touched{0};
 
   // A period after `t`, saturating at the clock's end.
   clock_type::time_point period_after(clock_type::time_point t) const noexcept {

@@ -1,5 +1,5 @@
 // twheel/detail/touch_epoch: idle_timer::touch()'s stamps, with no clock read while
-// connections are busy.
+// connections are busy, shared by every wheel of the process.
 #ifndef TWHEEL_DETAIL_TOUCH_EPOCH_HPP
 #define TWHEEL_DETAIL_TOUCH_EPOCH_HPP
 
@@ -7,7 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <mutex>
+#include <new>
 
 namespace twheel::detail {
 
@@ -32,7 +35,7 @@ class epoch_history {
   // Generation `g` ended at `end`, when g + 1 started; generations end in order, each
   // once, from 0.
   void record(std::uint64_t g, std::int64_t end) noexcept {
-    ends_[g & (entries - 1)] = end;
+    ends_[g & (entries - 1)].store(end, std::memory_order_relaxed);
     for (unsigned level = 0; level < bucket_levels; ++level) {
       bucket_ring& ring = rings_[level];
       const std::int64_t b = end / bucket_ns[level];
@@ -49,9 +52,17 @@ class epoch_history {
     }
   }
 
+  // The end of generation `g`, one of the last `entries` to end. Safe beside record():
+  // a slot is only ever overwritten with a later generation's end, which is later still,
+  // so a read racing an overwrite still gets an upper bound.
+  std::int64_t recent_end(std::uint64_t g) const noexcept {
+    return ends_[g & (entries - 1)].load(std::memory_order_relaxed);
+  }
+
   // An upper bound of the end of generation `g`, given that `current` > g is in progress.
+  // Not safe beside record() beyond the last `entries` generations.
   std::int64_t end_of(std::uint64_t g, std::uint64_t current) const noexcept {
-    if (current - g <= entries) return ends_[g & (entries - 1)];
+    if (current - g <= entries) return recent_end(g);
     std::int64_t bound = 0;
     for (unsigned level = 0; level < bucket_levels; ++level) {
       const bucket_ring& ring = rings_[level];
@@ -90,41 +101,54 @@ class epoch_history {
     }
   };
 
-  std::int64_t ends_[entries] = {};
+  std::atomic<std::int64_t> ends_[entries] = {};
   bucket_ring rings_[bucket_levels];
 };
 
 // The stamp touch() stores, and the upper bound of the touch's time the wheel reads from
 // it. Two kinds of stamp, told apart by the low bit:
 // - exact (odd): the clock read inside touch(), as today's steady_clock count * 2 + 1;
-// - generation (even): the generation in progress, * 2. The wheel's driver starts a new
-//   generation at its passes, at most once per `resolution`, and records when each
-//   ended (the clock read after the next one was published): a touch that saw
-//   generation g happened before g's end, so that end is an upper bound of its time.
+// - generation (even): the generation in progress, * 2. Drivers start a new generation
+//   at their passes, at most once per `resolution`, and record when each ended (the
+//   clock read after the next one was published): a touch that saw generation g
+//   happened before g's end, so that end is an upper bound of its time.
 //
 // Why: at a million connections the clock read is touch()'s cost: it is ordered (the
 // vDSO fences the TSC read), so the cache miss of the store into the cold timer object
 // no longer overlaps the next touch's. bench_adapters measured 74 ns a touch with the
 // read, 8 ns with a word loaded from one shared place instead.
 //
+// The wheels share one epoch, process_touch_epoch(): touch() then finds the word at a
+// fixed address, where a wheel's own epoch had to be found through a pointer loaded from
+// the timer object, a cache miss that the store had to wait for (bench_adapters' touch
+// at 1,000,000: 46 ns with the wheel's epoch, 17 to 18 ns with a word at a fixed place).
+// Any wheel's pass may start the next generation; the others find it started.
+//
 // A generation stamp is only as good as the generation is short: while generations are
-// stamped, the driver must pass at least every `resolution` (tick_at()). That costs a
+// stamped, the drivers must pass at least every `resolution` (tick_at()). That costs a
 // wake-up per millisecond, which pays only while connections are touched that often. So
 // the mode follows the touches: a generation in which nothing was touched makes the next
-// one exact (touches read the clock, and the driver passes only every
-// `exact_resolution`, 16 times a second, while waits are pending), and a touch in an
-// exact generation makes the next one stamped again. Either kind of stamp is an upper
-// bound; the mode only moves the cost.
+// one exact (touches read the clock, and the drivers pass only every `exact_resolution`,
+// 16 times a second, while waits are pending), and a touch in an exact generation makes
+// the next one stamped again. Either kind of stamp is an upper bound; the mode only
+// moves the cost.
 //
-// Thread safety: stamp() from any thread; the rest under the service's lock.
+// Thread safety: every member from any thread (the history behind an internal mutex,
+// taken by enable(), by a pass that starts a generation, and by upper_bound() of a stamp
+// older than the last 2048 generations).
 template <class Clock>
 class basic_touch_epoch {
  public:
   using clock_type = Clock;
-  // How long a stamped generation lasts at least, and, while the driver keeps up, at most.
+  using time_point = typename clock_type::time_point;
+  // How long a stamped generation lasts at least, and, while a driver keeps up, at most.
   static constexpr std::chrono::nanoseconds resolution{1'000'000};
-  // How long an exact generation lasts at most, while the driver keeps up.
+  // How long an exact generation lasts at most, while a driver keeps up.
   static constexpr std::chrono::nanoseconds exact_resolution = 64 * resolution;
+
+  basic_touch_epoch() noexcept = default;
+  basic_touch_epoch(const basic_touch_epoch&) = delete;
+  basic_touch_epoch& operator=(const basic_touch_epoch&) = delete;
 
   // The stamp of a touch now. Lock-free, no allocation; a clock read only in an exact
   // generation, and one atomic read-modify-write per generation (the first touch's).
@@ -136,75 +160,108 @@ class basic_touch_epoch {
   }
 
   // The stamp of a wait's start at `t`, an exact one.
-  static std::int64_t exact_stamp(typename clock_type::time_point t) noexcept {
+  static std::int64_t exact_stamp(time_point t) noexcept {
     return static_cast<std::int64_t>(t.time_since_epoch().count()) * 2 + 1;
   }
 
-  // Called under the service's lock by wheel_service::use_touch_epoch() until it has
-  // succeeded once (a context's first idle timer); makes the history, once.
-  // Throws std::bad_alloc; then nothing changed.
+  // Makes the history, once. Throws std::bad_alloc; then nothing changed.
   void enable() {
-    if (!history_) history_ = std::make_unique<epoch_history>();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (history_) return;
+    history_ = std::make_unique<epoch_history>();
+    enabled_.store(true, std::memory_order_release);
   }
 
-  // For the driver, at every pass, before it reads stamps: starts a new generation when
-  // `resolution` has passed since the last one began (once enabled).
-  void pass(typename clock_type::time_point now) noexcept {
-    if (!history_ || (started_ && now - last_start_ < resolution)) return;
+  // For a driver, at every pass, before it reads stamps: starts a new generation when
+  // `resolution` has passed since the last one began (once enabled). Lock-free when not.
+  void pass(time_point now) noexcept {
+    if (!enabled_.load(std::memory_order_acquire) ||
+        now.time_since_epoch().count() < next_start_.load(std::memory_order_relaxed)) {
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Another driver may have started one meanwhile, even after `now`.
+    if (started_ && now - last_start_ < resolution) return;
+    const std::uint64_t generation = generation_.load(std::memory_order_relaxed);
     std::uint64_t word = word_.load(std::memory_order_relaxed);
     std::uint64_t next;
     do {
       // Touched: stamped again (or from now on); untouched: exact, and no more ticks.
-      next = ((generation_ + 1) << 2) | ((word & touched_bit) != 0 ? 0 : exact_bit);
+      next = ((generation + 1) << 2) | ((word & touched_bit) != 0 ? 0 : exact_bit);
     } while (!word_.compare_exchange_weak(word, next, std::memory_order_seq_cst,
                                           std::memory_order_relaxed));
     // Read after the new word is visible: every touch that saw the old one came before.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    const auto end = clock_type::now();
-    history_->record(generation_, static_cast<std::int64_t>(end.time_since_epoch().count()));
-    ++generation_;
+    const time_point end = clock_type::now();
+    history_->record(generation, static_cast<std::int64_t>(end.time_since_epoch().count()));
+    // Published after its end is recorded: upper_bound() reads the end without the lock.
+    generation_.store(generation + 1, std::memory_order_release);
     last_start_ = end;
     started_ = true;
-    stamping_ = (next & exact_bit) == 0;
+    const bool stamping = (next & exact_bit) == 0;
+    stamping_.store(stamping, std::memory_order_relaxed);
+    next_start_.store((end + resolution).time_since_epoch().count(), std::memory_order_relaxed);
+    tick_at_.store((end + (stamping ? resolution : exact_resolution)).time_since_epoch().count(),
+                   std::memory_order_relaxed);
   }
 
-  // Whether the driver must pass by tick_at(): once enabled. A stamped generation must end
-  // within `resolution`; an exact one is ended every `exact_resolution`, so that touches
-  // in it make the next one stamped even when nothing else wakes the driver.
-  bool ticking() const noexcept { return history_ != nullptr; }
-  typename clock_type::time_point tick_at() const noexcept {
-    if (!started_) return clock_type::time_point::min();  // at once: none started yet
-    return last_start_ + (stamping_ ? resolution : exact_resolution);
+  // Whether a driver whose wheel has idle timers must pass by tick_at(): once enabled. A
+  // stamped generation must end within `resolution`; an exact one is ended every
+  // `exact_resolution`, so that touches in it make the next one stamped even when nothing
+  // else wakes a driver.
+  bool ticking() const noexcept { return enabled_.load(std::memory_order_acquire); }
+  time_point tick_at() const noexcept {
+    // Before the first generation was started: at once.
+    return time_point(typename clock_type::duration(tick_at_.load(std::memory_order_relaxed)));
   }
   // Whether the generation in progress is stamped (else touches read the clock).
-  bool stamping() const noexcept { return stamping_; }
+  bool stamping() const noexcept { return stamping_.load(std::memory_order_relaxed); }
 
   // An upper bound of the time of the touch (or start) that stored `stamp`; read after
-  // loading the stamp, under the service's lock.
-  typename clock_type::time_point upper_bound(std::int64_t stamp) const noexcept {
-    using tp = typename clock_type::time_point;
+  // loading the stamp.
+  time_point upper_bound(std::int64_t stamp) const noexcept {
     using dur = typename clock_type::duration;
-    if ((stamp & 1) != 0) return tp(dur(stamp >> 1));
+    if ((stamp & 1) != 0) return time_point(dur(stamp >> 1));
     const auto g = static_cast<std::uint64_t>(stamp) >> 1;
+    const std::uint64_t current = generation_.load(std::memory_order_acquire);
     // The generation in progress (or, before the first pass, the only one): up to now.
-    if (g >= generation_ || !history_) return clock_type::now();
-    return tp(dur(history_->end_of(g, generation_)));
+    if (g >= current) return clock_type::now();
+    // current > 0: the history exists (it was made before any generation started).
+    if (current - g <= epoch_history::entries) return time_point(dur(history_->recent_end(g)));
+    std::lock_guard<std::mutex> lock(mutex_);
+    return time_point(dur(history_->end_of(g, generation_.load(std::memory_order_relaxed))));
   }
 
  private:
+  using rep = typename clock_type::duration::rep;
   static constexpr std::uint64_t exact_bit = 1;
   static constexpr std::uint64_t touched_bit = 2;
 
-  // generation << 2 | touched_bit | exact_bit. Alone on its cache line: every touch reads it.
+  // generation << 2 | touched_bit | exact_bit. Alone on its cache line: every touch reads
+  // it, from every thread.
   alignas(64) std::atomic<std::uint64_t> word_{exact_bit};
-  alignas(64) std::uint64_t generation_ = 0;
+  // Read by drivers on every pass, and written at most once per `resolution`.
+  alignas(64) std::atomic<bool> enabled_{false};
+  std::atomic<rep> next_start_{std::numeric_limits<rep>::min()};  // no generation started
+  std::atomic<rep> tick_at_{std::numeric_limits<rep>::min()};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stamping_{false};
+  // Under mutex_.
+  mutable std::mutex mutex_;
   bool started_ = false;
-  bool stamping_ = false;
-  typename clock_type::time_point last_start_{};
+  time_point last_start_{};
   std::unique_ptr<epoch_history> history_;  // 64 KiB, made by enable()
 };
 
 using touch_epoch = basic_touch_epoch<std::chrono::steady_clock>;
+
+// The epoch of every wheel of the process: made on first use, never destroyed (wheels
+// may outlive any static object), and never allocating (its history is made by enable()).
+inline touch_epoch& process_touch_epoch() noexcept {
+  alignas(touch_epoch) static unsigned char storage[sizeof(touch_epoch)];
+  static touch_epoch* const epoch = ::new (static_cast<void*>(storage)) touch_epoch();
+  return *epoch;
+}
 
 }  // namespace twheel::detail
 
