@@ -132,19 +132,21 @@ class idle_wait_op {
 /// completes the wait or re-files the entry at that time + period.
 ///
 /// @par The stamp
-/// While the connections of a context are touched at least once a millisecond, the stamp
-/// is the wheel's current generation, read from one word of the service (no clock read:
-/// at a million connections the ordered clock read was most of touch()'s cost); the wheel
-/// starts a generation every millisecond at most and reads a stamp as the end of its
-/// generation, an upper bound of the touch's time. After a millisecond with no touch, the
-/// stamp is a steady_clock reading taken inside touch() until the wheel's next pass sees
-/// touches again. Either way it is an upper bound of the time touch() was called.
+/// While idle timers are touched at least once a millisecond, the stamp is the current
+/// generation, read from one word of the process, shared by every wheel (no clock read:
+/// at a million connections the ordered clock read was most of touch()'s cost, and no
+/// read of the timer object before the store: the object is usually cold). The wheels
+/// with idle timers start a generation every millisecond at most (whichever passes
+/// first) and read a stamp as the end of its generation, an upper bound of the touch's
+/// time. After a millisecond with no touch, the stamp is a steady_clock reading taken
+/// inside touch() until a wheel's next pass sees touches again. Either way it is an upper
+/// bound of the time touch() was called.
 ///
 /// @par The guarantee
 /// A wait never completes before `period` has passed since the later of its start and its
 /// last touch(). It completes at most one wheel tick (wheel_options::tick), plus the
 /// stamp's resolution, plus scheduling delay after that. The resolution is 0 for a clock
-/// reading; for a generation it is its length, 1 ms while the driver keeps up, and for a
+/// reading; for a generation it is its length, 1 ms while a driver keeps up, and for a
 /// touch more than 2,048 generations old when its entry comes due (a period longer than
 /// about 2 s), less than the larger of 33 ms and 1/64 of its age (so under 33 ms for
 /// periods up to a minute, under 1.1 s up to half an hour). A coarse
@@ -154,8 +156,11 @@ class idle_wait_op {
 /// complete early.
 ///
 /// @par What it costs the wheel
-/// While touches are stamped with generations, the wheel's driver wakes every millisecond
-/// (while any wait of the context is pending); otherwise every 64 ms, to notice touches.
+/// While touches are stamped with generations, the driver of every wheel that has had an
+/// idle timer wakes every millisecond (while any wait of its context is pending);
+/// otherwise every 64 ms, to notice touches. The mode is the process's: touches on one
+/// context keep the others' wheels waking every millisecond too. Wheels that never had
+/// an idle timer do not wake for it.
 ///
 /// Two caveats, both about touches that overlap something. A touch() running while the
 /// wheel decides the wait may be too late to count (the wait completes). When several
@@ -249,9 +254,9 @@ class basic_idle_timer {
     return state_.period;
   }
 
-  /// Records activity. O(1), lock-free, allocates nothing: a relaxed load of the wheel's
-  /// generation (or, while touches are rare, a read of steady_clock) and one relaxed
-  /// store into this object, in one cache line of it. Safe from any thread. A touch()
+  /// Records activity. O(1), lock-free, allocates nothing: a relaxed load of the
+  /// process's generation (or, while touches are rare, a read of steady_clock) and one
+  /// relaxed store into this object, its only access to it. Safe from any thread. A touch()
   /// counts for the wait pending when it happens; async_wait() forgets earlier ones.
   void touch() noexcept {
     // No read of this object first: the store's cache miss does not hold up the caller.
