@@ -38,6 +38,8 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "support.hpp"
@@ -306,14 +308,12 @@ BOOST_AUTO_TEST_CASE(the_first_idle_timer_turns_the_touch_stamps_on) {
   {
     idle_timer first(ctx, 1s);
     BOOST_TEST(service.keeps_touch_epoch());
-    BOOST_TEST(service.epoch().ticking());
   }
   idle_timer second(ctx.get_executor(), 1s);
   BOOST_TEST(service.keeps_touch_epoch());
   asio::io_context other;
   twheel::steady_timer other_plain(other);
   BOOST_TEST(!twheel::wheel_service::of(other).keeps_touch_epoch());
-  BOOST_TEST((&twheel::wheel_service::of(other).epoch() == &service.epoch()));
 }
 
 // The epoch is the process's, but only wheels with idle timers keep it going: another
@@ -414,61 +414,118 @@ BOOST_AUTO_TEST_CASE(touch_epoch_stamps_and_their_bounds) {
   BOOST_TEST((epoch.upper_bound(e2) == tp(3600us)));
   epoch.pass(at(3700us));  // within the resolution of the last start: nothing changes
   BOOST_TEST(!epoch.stamping());
-  epoch.pass(at(4600us));  // touched while exact: stamped again
+  // An exact generation is not ended before its tick, though touched and though a pass
+  // comes: tick_at() never moves earlier, so no wheel armed for it wakes too late.
+  epoch.pass(at(4600us));
+  BOOST_TEST(!epoch.stamping());
+  BOOST_TEST((epoch.tick_at() == tp(3500us + 64ms)));
+  BOOST_TEST((epoch.stamp() & 1) == 1);
+  epoch.pass(at(3500us + 64ms));  // touched while exact: stamped again
   BOOST_TEST(epoch.stamping());
+  BOOST_TEST((epoch.tick_at() == tp(3500us + 65ms)));
   BOOST_TEST((epoch.stamp() & 1) == 0);
   BOOST_TEST((epoch.upper_bound(e2) == tp(3600us)));  // exact stamps keep their time
 }
 
-// The process's epoch is used by every wheel's driver at once: two threads pass (each
-// may start a generation, or find it started), two touch and read back bounds, on the
-// real clock, for 60 ms. Every bound of a stamp is at or after the time read before the
-// touch (never early) and at or before the time read after asking for the bound (no
-// bound from the future). TSan checks the lock-free reads against the passes.
-BOOST_AUTO_TEST_CASE(touch_epoch_shared_by_passing_and_touching_threads) {
-  twheel::detail::basic_touch_epoch<wall> epoch;
+// A clock for many threads that runs fast: every reading is 100 us after the last one,
+// so that a test of a few milliseconds goes through thousands of generations.
+struct racing_clock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<racing_clock>;
+  static constexpr bool is_steady = true;
+  static inline std::atomic<rep> ticks{0};
+  static time_point now() noexcept {
+    return time_point(duration(ticks.fetch_add(100'000, std::memory_order_relaxed)));
+  }
+};
+
+// Two threads pass (each may start a generation, or find it started), two touch and read
+// back the bounds of earlier touches, for `run_for` of real time. Every bound of a stamp
+// is at or after the time read before the touch (never early) and at or before the time
+// read after asking for it (no bound from the future). Returns how many bounds were of
+// generation stamps older than the last 2048 generations (the history's locked path).
+template <class Clock>
+std::size_t check_shared_epoch(std::chrono::milliseconds run_for) {
+  twheel::detail::basic_touch_epoch<Clock> epoch;
   epoch.enable();
+  using entries = std::integral_constant<std::uint64_t, twheel::detail::epoch_history::entries>;
   std::atomic<bool> stop{false};
-  std::atomic<std::size_t> checked{0}, wrong{0}, generation_stamps{0};
+  std::atomic<std::size_t> checked{0}, wrong{0}, generation_stamps{0}, old_bounds{0};
   std::vector<std::thread> threads;
   for (int d = 0; d < 2; ++d) {
     threads.emplace_back([&] {
       while (!stop.load(std::memory_order_relaxed)) {
-        epoch.pass(wall::now());
-        std::this_thread::sleep_for(100us);
+        epoch.pass(Clock::now());
+        // On the real clock a driver passes now and then; on the racing one as often as
+        // it can, to reach thousands of generations.
+        if (std::is_same_v<Clock, wall>) {
+          std::this_thread::sleep_for(100us);
+        } else {
+          std::this_thread::yield();
+        }
       }
     });
   }
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&] {
-      std::vector<std::pair<wall::time_point, std::int64_t>> touches;
+      std::vector<std::pair<typename Clock::time_point, std::int64_t>> touches;
+      std::size_t first_generation_stamp = 0;  // + 1; 0: none yet
       while (!stop.load(std::memory_order_relaxed)) {
-        const auto before = wall::now();
+        const auto before = Clock::now();
         const std::int64_t stamp = epoch.stamp();
-        if ((stamp & 1) == 0) generation_stamps.fetch_add(1, std::memory_order_relaxed);
         touches.emplace_back(before, stamp);
-        // The bounds of a few earlier touches: some in the generation in progress, most
-        // in ended ones.
-        for (std::size_t back : {std::size_t{1}, std::size_t{37}, std::size_t{1000}}) {
+        if ((stamp & 1) == 0) {
+          generation_stamps.fetch_add(1, std::memory_order_relaxed);
+          if (first_generation_stamp == 0) first_generation_stamp = touches.size();
+        }
+        // The bounds of a few earlier touches: in the generation in progress, in ended
+        // ones, and the thread's first generation stamp (with the racing clock, older
+        // than the last 2048 generations).
+        const std::size_t oldest =
+            first_generation_stamp == 0 ? 1 : touches.size() - first_generation_stamp + 1;
+        for (std::size_t back : {std::size_t{1}, std::size_t{37}, std::size_t{1000}, oldest}) {
           if (touches.size() < back) continue;
           const auto& [at, s] = touches[touches.size() - back];
+          const std::int64_t current = epoch.stamp();
           const auto bound = epoch.upper_bound(s);
-          const auto after = wall::now();
+          const auto after = Clock::now();
           checked.fetch_add(1, std::memory_order_relaxed);
+          if ((s & 1) == 0 && (current & 1) == 0 &&
+              static_cast<std::uint64_t>(current - s) / 2 > entries::value) {
+            old_bounds.fetch_add(1, std::memory_order_relaxed);
+          }
           if (bound < at || bound > after) wrong.fetch_add(1, std::memory_order_relaxed);
         }
-        std::this_thread::sleep_for(10us);
+        if (std::is_same_v<Clock, wall>) {
+          std::this_thread::sleep_for(10us);
+        } else {
+          std::this_thread::yield();  // touched in (nearly) every generation: stamped
+        }
       }
     });
   }
-  std::this_thread::sleep_for(60ms);
+  std::this_thread::sleep_for(run_for);
   stop = true;
   for (auto& t : threads) t.join();
   BOOST_TEST_MESSAGE(checked.load() << " bounds checked, " << generation_stamps.load()
-                                    << " generation stamps");
+                                    << " generation stamps, " << old_bounds.load()
+                                    << " older than 2048 generations");
   BOOST_TEST(checked.load() > 100u);
   BOOST_TEST(generation_stamps.load() > 0u);
   BOOST_TEST(wrong.load() == 0u);
+  return old_bounds.load();
+}
+
+// The process's epoch is used by every wheel's driver at once: its passes, stamps and
+// bounds from several threads, on the real clock and on one that runs fast enough to
+// overwrite the history's ring of recent ends and to need its older levels. TSan checks
+// the lock-free reads against the passes.
+BOOST_AUTO_TEST_CASE(touch_epoch_shared_by_passing_and_touching_threads) {
+  // Longer than the first, exact generation (64 ms): the passes start before any touch.
+  check_shared_epoch<wall>(150ms);
+  BOOST_TEST(check_shared_epoch<racing_clock>(150ms) > 0u);
 }
 
 // The history of generation ends, across its levels and beyond, with generations of
@@ -583,8 +640,10 @@ BOOST_AUTO_TEST_CASE(completes_at_the_first_tick_a_period_after_the_last_touch) 
         manual_clock::current = manual_clock::time_point(now);
         steps.push_back(now);
         // Touches happen at `now`, before the driver's pass at `now`; activity comes in
-        // 20 ms bursts with 5 ms gaps, and stops at 300 ms so that every wait ends.
-        const bool active = now < 300ms && now % 25ms < 20ms;
+        // 80 ms bursts with 20 ms gaps (after a gap, the exact generation lasts 64 ms: the
+        // burst's touches read the clock until it ends), and stops at 400 ms so that every
+        // wait ends.
+        const bool active = now < 400ms && now % 100ms < 80ms;
         for (std::size_t i = 0; i < n; ++i) {
           if (completed[i] < ns(0) && active && touch(rng)) {
             const std::int64_t stamp = epoch.stamp();
@@ -597,6 +656,8 @@ BOOST_AUTO_TEST_CASE(completes_at_the_first_tick_a_period_after_the_last_touch) 
         }
         const auto tick_at = epoch.tick_at();
         epoch.pass(manual_clock::now());
+        // Never earlier: wheels armed for the old tick must not wake after the new one.
+        BOOST_TEST_REQUIRE((epoch.tick_at() >= tick_at));
         // A pass due for a new generation starts one: the stamps of the last one end now.
         if (epoch.tick_at() != tick_at) {
           for (std::size_t i = 0; i < n; ++i) {

@@ -139,8 +139,9 @@ class idle_wait_op {
 /// with idle timers start a generation every millisecond at most (whichever passes
 /// first) and read a stamp as the end of its generation, an upper bound of the touch's
 /// time. After a millisecond with no touch, the stamp is a steady_clock reading taken
-/// inside touch() until a wheel's next pass sees touches again. Either way it is an upper
-/// bound of the time touch() was called.
+/// inside touch() until that exact generation ends (64 ms after it began) and a wheel's
+/// pass sees touches again. Either way it is an upper bound of the time touch() was
+/// called.
 ///
 /// @par The guarantee
 /// A wait never completes before `period` has passed since the later of its start and its
@@ -214,8 +215,9 @@ class basic_idle_timer {
       : basic_idle_timer(executor_type(ctx.get_executor()), period) {}
 
   /// Move-constructs an idle timer; a pending wait moves along. The moved-from object
-  /// may be destroyed or assigned to; its touch() does nothing, its cancel() returns 0
-  /// and its other members throw std::logic_error.
+  /// may be destroyed or assigned to; its touch() affects no wait (it counts as activity
+  /// for the process's stamping mode only), its cancel() returns 0 and its other members
+  /// throw std::logic_error.
   basic_idle_timer(basic_idle_timer&& other) noexcept
       : service_(std::exchange(other.service_, nullptr)),
         executor_(other.executor_),

@@ -109,9 +109,9 @@ class epoch_history {
 // it. Two kinds of stamp, told apart by the low bit:
 // - exact (odd): the clock read inside touch(), as today's steady_clock count * 2 + 1;
 // - generation (even): the generation in progress, * 2. Drivers start a new generation
-//   at their passes, at most once per `resolution`, and record when each ended (the
-//   clock read after the next one was published): a touch that saw generation g
-//   happened before g's end, so that end is an upper bound of its time.
+//   at their passes, once the last one has lasted its length (tick_at()), and record
+//   when each ended (the clock read after the next one was published): a touch that saw
+//   generation g happened before g's end, so that end is an upper bound of its time.
 //
 // Why: at a million connections the clock read is touch()'s cost: it is ordered (the
 // vDSO fences the TSC read), so the cache miss of the store into the cold timer object
@@ -122,7 +122,12 @@ class epoch_history {
 // fixed address, where a wheel's own epoch had to be found through a pointer loaded from
 // the timer object, a cache miss that the store had to wait for (bench_adapters' touch
 // at 1,000,000: 46 ns with the wheel's epoch, 17 to 18 ns with a word at a fixed place).
-// Any wheel's pass may start the next generation; the others find it started.
+// Any wheel's pass may start the next generation; the others find it started. No
+// generation ends before its tick_at(), so tick_at() only ever moves later: a wheel armed
+// for a tick_at() it read earlier wakes no later than needed, finds the generation going
+// on, and arms for the new one. (Were an exact generation, 64 ms long, ended early by one
+// wheel's pass, the stamped one after it would end only when the other wheels woke for
+// the old tick_at(), up to 64 ms late.)
 //
 // A generation stamp is only as good as the generation is short: while generations are
 // stamped, the drivers must pass at least every `resolution` (tick_at()). That costs a
@@ -130,8 +135,8 @@ class epoch_history {
 // the mode follows the touches: a generation in which nothing was touched makes the next
 // one exact (touches read the clock, and the drivers pass only every `exact_resolution`,
 // 16 times a second, while waits are pending), and a touch in an exact generation makes
-// the next one stamped again. Either kind of stamp is an upper bound; the mode only
-// moves the cost.
+// the next one, up to 64 ms later, stamped again. Either kind of stamp is an upper bound;
+// the mode only moves the cost.
 //
 // Thread safety: every member from any thread (the history behind an internal mutex,
 // taken by enable(), by a pass that starts a generation, and by upper_bound() of a stamp
@@ -173,15 +178,16 @@ class basic_touch_epoch {
   }
 
   // For a driver, at every pass, before it reads stamps: starts a new generation when
-  // `resolution` has passed since the last one began (once enabled). Lock-free when not.
+  // the one in progress has reached its tick_at() (once enabled). Lock-free when not.
   void pass(time_point now) noexcept {
+    const rep t = now.time_since_epoch().count();
     if (!enabled_.load(std::memory_order_acquire) ||
-        now.time_since_epoch().count() < next_start_.load(std::memory_order_relaxed)) {
+        t < tick_at_.load(std::memory_order_relaxed)) {
       return;
     }
     std::lock_guard<std::mutex> lock(mutex_);
     // Another driver may have started one meanwhile, even after `now`.
-    if (started_ && now - last_start_ < resolution) return;
+    if (t < tick_at_.load(std::memory_order_relaxed)) return;
     const std::uint64_t generation = generation_.load(std::memory_order_relaxed);
     std::uint64_t word = word_.load(std::memory_order_relaxed);
     std::uint64_t next;
@@ -196,11 +202,9 @@ class basic_touch_epoch {
     history_->record(generation, static_cast<std::int64_t>(end.time_since_epoch().count()));
     // Published after its end is recorded: upper_bound() reads the end without the lock.
     generation_.store(generation + 1, std::memory_order_release);
-    last_start_ = end;
-    started_ = true;
     const bool stamping = (next & exact_bit) == 0;
     stamping_.store(stamping, std::memory_order_relaxed);
-    next_start_.store((end + resolution).time_since_epoch().count(), std::memory_order_relaxed);
+    // Later than the last one: `end` is read after the last end, at or after its tick.
     tick_at_.store((end + (stamping ? resolution : exact_resolution)).time_since_epoch().count(),
                    std::memory_order_relaxed);
   }
@@ -210,6 +214,8 @@ class basic_touch_epoch {
   // `exact_resolution`, so that touches in it make the next one stamped even when nothing
   // else wakes a driver.
   bool ticking() const noexcept { return enabled_.load(std::memory_order_acquire); }
+  // When the generation in progress ends, at the first pass from then on; never earlier,
+  // so it only moves later.
   time_point tick_at() const noexcept {
     // Before the first generation was started: at once.
     return time_point(typename clock_type::duration(tick_at_.load(std::memory_order_relaxed)));
@@ -242,14 +248,11 @@ class basic_touch_epoch {
   alignas(64) std::atomic<std::uint64_t> word_{exact_bit};
   // Read by drivers on every pass, and written at most once per `resolution`.
   alignas(64) std::atomic<bool> enabled_{false};
-  std::atomic<rep> next_start_{std::numeric_limits<rep>::min()};  // no generation started
-  std::atomic<rep> tick_at_{std::numeric_limits<rep>::min()};
+  std::atomic<rep> tick_at_{std::numeric_limits<rep>::min()};  // min: none started yet
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> stamping_{false};
   // Under mutex_.
   mutable std::mutex mutex_;
-  bool started_ = false;
-  time_point last_start_{};
   std::unique_ptr<epoch_history> history_;  // 64 KiB, made by enable()
 };
 
@@ -257,6 +260,9 @@ using touch_epoch = basic_touch_epoch<std::chrono::steady_clock>;
 
 // The epoch of every wheel of the process: made on first use, never destroyed (wheels
 // may outlive any static object), and never allocating (its history is made by enable()).
+// One per copy of the library, as Asio's services are: two copies in one process (hidden
+// visibility, each in its own shared object) would have an epoch each, and a timer
+// touched through one copy but owned by a wheel of the other would be misread.
 inline touch_epoch& process_touch_epoch() noexcept {
   alignas(touch_epoch) static unsigned char storage[sizeof(touch_epoch)];
   static touch_epoch* const epoch = ::new (static_cast<void*>(storage)) touch_epoch();
