@@ -165,8 +165,9 @@ void wheel_service::flush_aborted(bool invoke) {
 void wheel_service::ensure_driver() {
   auto next = wheel_.next_expiry();
   // Touches stamped with the generation in progress: it must end within its resolution.
-  // Every wheel with idle timers and waits pending wakes at tick_at(); the first to pass
-  // starts the next generation, the others find it started and arm for its tick_at().
+  // Every wheel that keeps the epoch wakes by tick_at() (+ its slack) while it has waits
+  // pending (use_touch_epoch() re-arms a driver armed before); the first to pass starts
+  // the next generation, the others find it started and arm for its tick_at().
   if (keeps_touch_epoch()) {
     const auto tick = wheel_time(epoch().tick_at());
     if (!next || tick < *next) next = tick;

@@ -57,9 +57,16 @@ wheel_service::~wheel_service() {
 void wheel_service::use_touch_epoch() {
   if (epoch_in_use_.load(std::memory_order_relaxed)) return;
   epoch().enable();  // the epoch's own lock; once per process it allocates
-  // Set by the thread that then starts the timer's waits: its ensure_driver() sees it, and
-  // so does every pass after that (the service's lock orders them).
+  lock_type lock(mutex_);
+  if (epoch_in_use_.load(std::memory_order_relaxed)) return;
+  // Seen by every ensure_driver() and pass from now on (the service's lock orders them).
   epoch_in_use_.store(true, std::memory_order_relaxed);
+  // A driver armed before this wheel kept the epoch was armed without its tick: the
+  // generation in progress (stamped, if other wheels' touches made it so) would otherwise
+  // end only at this wheel's next expiry, however far, and bound this wheel's touches.
+  // Throws as ensure_driver() may (then the constructor fails; the flag stays set, and
+  // the next ensure_driver() arms for the tick).
+  if (driver_ && !shut_down_ && stats_.pending != 0) ensure_driver();
 }
 
 std::chrono::nanoseconds wheel_service::wheel_time(clock_type::time_point t) const noexcept {

@@ -327,10 +327,11 @@ BOOST_AUTO_TEST_CASE(a_wheel_without_idle_timers_does_not_tick_for_the_epoch) {
   twheel::steady_timer plain(ctx, 1s);
   plain.async_wait([](error_code) {});
   const auto wakeups = twheel::stats(ctx).wakeups;
-  // Long enough for the idle timer's wheel to end an exact generation (64 ms) and then
-  // stamp the touches, passing every millisecond.
-  const auto until = wall::now() + 150ms;
-  while (wall::now() < until) {
+  // At least 150 ms, and on until the idle timer's wheel has passed a few times (it may
+  // first wait for an exact generation, 64 ms, to end, then passes every millisecond).
+  const auto start = wall::now();
+  while (wall::now() < start + 150ms ||
+         (twheel::stats(idle_ctx).wakeups <= 5u && wall::now() < start + 5s)) {
     idle.touch();
     idle_ctx.poll();
     ctx.run_for(1ms);
@@ -341,6 +342,46 @@ BOOST_AUTO_TEST_CASE(a_wheel_without_idle_timers_does_not_tick_for_the_epoch) {
   idle.cancel();
   ctx.run();
   idle_ctx.run();
+}
+
+// A wheel whose driver was armed before its first idle timer, for a steady_timer at
+// 500 ms: the touches of another context left the process's generations stamped, and that
+// context no longer runs, so only this wheel can end the generation its touch is stamped
+// with. The idle wait (700 ms, filed after the armed 500 ms, so starting it does not
+// re-arm the driver) must complete 700 ms after the touch; were the driver not re-armed
+// for the epoch's tick when the idle timer was made, the touch's generation would end
+// only at the 500 ms pass and the wait would complete 1,200 ms after the touch.
+BOOST_AUTO_TEST_CASE(an_idle_timer_on_a_wheel_armed_far_ahead_ends_its_generations) {
+  asio::io_context other;
+  idle_timer busy(other, 10s);
+  busy.async_wait([](error_code) {});
+  const auto start = wall::now();
+  while (!twheel::wheel_service::epoch().stamping() && wall::now() < start + 5s) {
+    busy.touch();
+    other.run_for(1ms);
+  }
+  busy.touch();
+  BOOST_TEST_REQUIRE(twheel::wheel_service::epoch().stamping());
+
+  asio::io_context ctx;
+  twheel::steady_timer far(ctx, 500ms);
+  far.async_wait([](error_code) {});
+  ctx.poll();  // the driver is armed for 500 ms
+  idle_timer idle(ctx, 700ms);
+  outcome out;
+  idle.async_wait(out.handler());
+  const auto touched = wall::now();
+  idle.touch();
+  while (out.calls == 0 && wall::now() < touched + 3s) ctx.run_for(10ms);
+  BOOST_TEST(out.calls == 1);
+  BOOST_TEST(!out.ec);
+  BOOST_TEST((out.at >= touched + 700ms));
+  BOOST_TEST((out.at < touched + 1100ms), "completed " << ms(out.at - touched)
+                                                       << " ms after the touch");
+  far.cancel();
+  busy.cancel();
+  ctx.run();
+  other.run();
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -447,7 +488,7 @@ struct racing_clock {
 // read after asking for it (no bound from the future). Returns how many bounds were of
 // generation stamps older than the last 2048 generations (the history's locked path).
 template <class Clock>
-std::size_t check_shared_epoch(std::chrono::milliseconds run_for) {
+std::size_t check_shared_epoch(std::chrono::milliseconds run_for, bool until_old_bounds) {
   twheel::detail::basic_touch_epoch<Clock> epoch;
   epoch.enable();
   using entries = std::integral_constant<std::uint64_t, twheel::detail::epoch_history::entries>;
@@ -506,7 +547,14 @@ std::size_t check_shared_epoch(std::chrono::milliseconds run_for) {
       }
     });
   }
-  std::this_thread::sleep_for(run_for);
+  // At least `run_for`, and on (up to 10 s, for a loaded machine) until generation stamps
+  // were seen and, if asked, bounds of stamps older than 2048 generations.
+  const auto start = wall::now();
+  while (wall::now() < start + run_for ||
+         ((generation_stamps.load() == 0 || (until_old_bounds && old_bounds.load() == 0)) &&
+          wall::now() < start + 10s)) {
+    std::this_thread::sleep_for(10ms);
+  }
   stop = true;
   for (auto& t : threads) t.join();
   BOOST_TEST_MESSAGE(checked.load() << " bounds checked, " << generation_stamps.load()
@@ -524,8 +572,8 @@ std::size_t check_shared_epoch(std::chrono::milliseconds run_for) {
 // the lock-free reads against the passes.
 BOOST_AUTO_TEST_CASE(touch_epoch_shared_by_passing_and_touching_threads) {
   // Longer than the first, exact generation (64 ms): the passes start before any touch.
-  check_shared_epoch<wall>(150ms);
-  BOOST_TEST(check_shared_epoch<racing_clock>(150ms) > 0u);
+  check_shared_epoch<wall>(150ms, false);
+  BOOST_TEST(check_shared_epoch<racing_clock>(150ms, true) > 0u);
 }
 
 // The history of generation ends, across its levels and beyond, with generations of
@@ -966,6 +1014,61 @@ BOOST_AUTO_TEST_CASE(touch_from_another_thread) {
   BOOST_TEST((out.at <= last + 100ms + slack));
 }
 
+// A thread touching every timer of `timers` every 200 us for `touch_for`, then stopping.
+// It records when its last sweep began and its longest gap between sweeps: a stalled
+// thread stops touching.
+class sweeping_toucher {
+ public:
+  sweeping_toucher(std::vector<std::unique_ptr<idle_timer>>& timers, wall::duration touch_for)
+      : thread_([this, &timers, touch_for] {
+          const auto until = wall::now() + touch_for;
+          while (wall::now() < until) {
+            const auto now = wall::now();
+            const auto previous = last_sweep_;
+            last_sweep_ = now;
+            for (auto& t : timers) t->touch();
+            // From the last sweep's start to the end of this one's touches: a stall inside
+            // a sweep (the last one too) counts.
+            if (sweeps_ > 0) longest_gap_ = std::max(longest_gap_, wall::now() - previous);
+            ++sweeps_;
+            std::this_thread::sleep_for(200us);
+          }
+        }) {}
+  ~sweeping_toucher() {
+    if (thread_.joinable()) thread_.join();
+  }
+  sweeping_toucher(const sweeping_toucher&) = delete;
+  sweeping_toucher& operator=(const sweeping_toucher&) = delete;
+
+  // After the contexts have run: each wait completed once, with success, and (unless the
+  // thread stalled for half a period, which lets the waits complete legitimately before
+  // its later sweeps: seen in CI under ASan) never before the last sweep began + period.
+  void check(const std::vector<outcome>& outs, wall::duration period) {
+    thread_.join();
+    const bool stalled = longest_gap_ >= period / 2;
+    if (stalled) {
+      BOOST_TEST_MESSAGE("the touching thread stalled for " << ms(longest_gap_)
+                                                            << " ms; lower bound not checked");
+    } else {
+      BOOST_TEST(sweeps_ > 10);
+    }
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      BOOST_TEST(outs[i].calls == 1);
+      BOOST_TEST(!outs[i].ec);
+      if (stalled) continue;
+      BOOST_TEST((outs[i].at >= last_sweep_ + period),
+                 "timer " << i << " completed " << ms(outs[i].at - last_sweep_)
+                          << " ms after the last sweep of touches began");
+    }
+  }
+
+ private:
+  wall::time_point last_sweep_{};  // written by the thread, read after join()
+  wall::duration longest_gap_{};
+  int sweeps_ = 0;
+  std::thread thread_;
+};
+
 // touch() from another thread racing the expiry: 20 timers, touched by a second thread
 // every 200 us while the driver re-files them (it reads each stamp under the wheel's lock
 // as the thread stores it: the pairing TSan checks), then left silent. Each wait completes
@@ -974,48 +1077,19 @@ BOOST_AUTO_TEST_CASE(touch_racing_the_expiry_from_another_thread) {
   constexpr std::size_t n = 20;
   constexpr auto period = 100ms;  // long against a loaded machine's stalls of the thread
   for (int round = 0; round < 4; ++round) {
-    asio::io_context ctx;
-    std::vector<std::unique_ptr<idle_timer>> timers;
-    std::vector<outcome> outs(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      timers.push_back(std::make_unique<idle_timer>(ctx, period));
-      timers.back()->async_wait(outs[i].handler());
-    }
-    wall::time_point last_sweep{};  // written by the thread, read after join()
-    wall::duration longest_gap{};    // between two sweeps: a stalled thread stops touching
-    int sweeps = 0;
-    std::thread toucher([&] {
-      const auto until = wall::now() + 150ms + round * 20ms;
-      while (wall::now() < until) {
-        const auto now = wall::now();
-        if (sweeps > 0) longest_gap = std::max(longest_gap, now - last_sweep);
-        last_sweep = now;
-        for (auto& t : timers) t->touch();
-        ++sweeps;
-        std::this_thread::sleep_for(200us);
+    BOOST_TEST_CONTEXT("round " << round) {
+      asio::io_context ctx;
+      std::vector<std::unique_ptr<idle_timer>> timers;
+      std::vector<outcome> outs(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        timers.push_back(std::make_unique<idle_timer>(ctx, period));
+        timers.back()->async_wait(outs[i].handler());
       }
-    });
-    run_ctx(ctx);
-    toucher.join();
-    // A toucher stalled for a whole period (a VM's steal: seen in CI under ASan) lets the
-    // waits complete legitimately before its later sweeps: then the round shows nothing
-    // about the race and is not checked against the last sweep.
-    const bool stalled = longest_gap >= period / 2;
-    if (stalled) {
-      BOOST_TEST_MESSAGE("round " << round << ": the touching thread stalled for "
-                                  << ms(longest_gap) << " ms; lower bound not checked");
-    } else {
-      BOOST_TEST(sweeps > 10);
+      sweeping_toucher toucher(timers, 150ms + round * 20ms);
+      run_ctx(ctx);
+      toucher.check(outs, period);
+      BOOST_TEST(twheel::stats(ctx).pending == 0u);
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      BOOST_TEST(outs[i].calls == 1);
-      BOOST_TEST(!outs[i].ec);
-      if (stalled) continue;
-      BOOST_TEST((outs[i].at >= last_sweep + period),
-                 "timer " << i << " completed " << ms(outs[i].at - last_sweep)
-                          << " ms after the last sweep of touches began");
-    }
-    BOOST_TEST(twheel::stats(ctx).pending == 0u);
   }
 }
 
@@ -1033,41 +1107,11 @@ BOOST_AUTO_TEST_CASE(touches_on_two_contexts_share_the_epoch) {
     timers.push_back(std::make_unique<idle_timer>(ctx[i % 2], period));
     timers.back()->async_wait(outs[i].handler());
   }
-  wall::time_point last_sweep{};  // written by the thread, read after join()
-  wall::duration longest_gap{};
-  int sweeps = 0;
-  std::thread toucher([&] {
-    const auto until = wall::now() + 150ms;
-    while (wall::now() < until) {
-      const auto now = wall::now();
-      if (sweeps > 0) longest_gap = std::max(longest_gap, now - last_sweep);
-      last_sweep = now;
-      for (auto& t : timers) t->touch();
-      ++sweeps;
-      std::this_thread::sleep_for(200us);
-    }
-  });
+  sweeping_toucher toucher(timers, 150ms);
   std::thread second([&] { run_ctx(ctx[1]); });
   run_ctx(ctx[0]);
   second.join();
-  toucher.join();
-  // A toucher stalled for half a period lets waits complete legitimately before its later
-  // sweeps (see touch_racing_the_expiry_from_another_thread).
-  const bool stalled = longest_gap >= period / 2;
-  if (stalled) {
-    BOOST_TEST_MESSAGE("the touching thread stalled for " << ms(longest_gap)
-                                                          << " ms; lower bound not checked");
-  } else {
-    BOOST_TEST(sweeps > 10);
-  }
-  for (std::size_t i = 0; i < 2 * n; ++i) {
-    BOOST_TEST(outs[i].calls == 1);
-    BOOST_TEST(!outs[i].ec);
-    if (stalled) continue;
-    BOOST_TEST((outs[i].at >= last_sweep + period),
-               "timer " << i << " completed " << ms(outs[i].at - last_sweep)
-                        << " ms after the last sweep of touches began");
-  }
+  toucher.check(outs, period);
   BOOST_TEST(twheel::stats(ctx[0]).pending == 0u);
   BOOST_TEST(twheel::stats(ctx[1]).pending == 0u);
 }

@@ -150,7 +150,9 @@ class idle_wait_op {
 /// reading; for a generation it is its length, 1 ms while a driver keeps up, and for a
 /// touch more than 2,048 generations old when its entry comes due (a period longer than
 /// about 2 s), less than the larger of 33 ms and 1/64 of its age (so under 33 ms for
-/// periods up to a minute, under 1.1 s up to half an hour). A coarse
+/// periods up to a minute, under 1.1 s up to half an hour). With a slack
+/// (wheel_options::slack), the wheel's wake-ups, the one that ends a generation among
+/// them, may each come up to the slack later. A coarse
 /// clock would be cheaper than the exact one, but it lags the true time by up to its
 /// resolution plus the delay of the kernel's tick (bench/bench_clocks measured at least
 /// 4.9 ms for a 4 ms resolution on a VM), so it is no upper bound and would let a wait

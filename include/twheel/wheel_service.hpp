@@ -207,8 +207,9 @@ class wheel_service : public boost::asio::execution_context::service {
   /// The stamps of idle_timer::touch(): the process's, shared by every wheel.
   static detail::touch_epoch& epoch() noexcept { return detail::process_touch_epoch(); }
   /// Called by every idle timer's constructor: from the first one on, the driver's passes
-  /// keep the epoch's generations going (the process's first idle timer also makes the
-  /// epoch's history, and may throw std::bad_alloc; later ones only read a flag).
+  /// keep the epoch's generations going, and a driver already armed is re-armed for the
+  /// epoch's tick. May throw std::bad_alloc (the process's first idle timer makes the
+  /// epoch's history; the re-arm); later idle timers only read a flag.
   void use_touch_epoch();
   /// Whether this wheel has had an idle timer: its driver then keeps the epoch going.
   bool keeps_touch_epoch() const noexcept {

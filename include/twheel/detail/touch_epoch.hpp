@@ -148,7 +148,7 @@ class basic_touch_epoch {
   using time_point = typename clock_type::time_point;
   // How long a stamped generation lasts at least, and, while a driver keeps up, at most.
   static constexpr std::chrono::nanoseconds resolution{1'000'000};
-  // How long an exact generation lasts at most, while a driver keeps up.
+  // How long an exact generation lasts at least, and, while a driver keeps up, at most.
   static constexpr std::chrono::nanoseconds exact_resolution = 64 * resolution;
 
   basic_touch_epoch() noexcept = default;
@@ -192,7 +192,7 @@ class basic_touch_epoch {
     std::uint64_t word = word_.load(std::memory_order_relaxed);
     std::uint64_t next;
     do {
-      // Touched: stamped again (or from now on); untouched: exact, and no more ticks.
+      // Touched: stamped again (or from now on); untouched: exact, and ticks 64 ms apart.
       next = ((generation + 1) << 2) | ((word & touched_bit) != 0 ? 0 : exact_bit);
     } while (!word_.compare_exchange_weak(word, next, std::memory_order_seq_cst,
                                           std::memory_order_relaxed));
