@@ -389,13 +389,18 @@ BOOST_AUTO_TEST_SUITE_END()
 // ---------------------------------------------------------------------------------------
 BOOST_AUTO_TEST_SUITE(wheel_model)
 
-// The hand-moved clock of the wheel_model suite (nanoseconds from 0).
-struct manual_clock {
+// What the clocks of the wheel_model suite declare: nanoseconds, steady.
+template <class Clock>
+struct test_clock_types {
   using duration = std::chrono::nanoseconds;
   using rep = duration::rep;
   using period = duration::period;
-  using time_point = std::chrono::time_point<manual_clock>;
+  using time_point = std::chrono::time_point<Clock, duration>;
   static constexpr bool is_steady = true;
+};
+
+// The hand-moved clock of the wheel_model suite (nanoseconds from 0).
+struct manual_clock : test_clock_types<manual_clock> {
   static inline time_point current{};
   static time_point now() noexcept { return current; }
 };
@@ -470,12 +475,7 @@ BOOST_AUTO_TEST_CASE(touch_epoch_stamps_and_their_bounds) {
 
 // A clock for many threads that runs fast: every reading is 100 us after the last one,
 // so that a test of a few milliseconds goes through thousands of generations.
-struct racing_clock {
-  using duration = std::chrono::nanoseconds;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::time_point<racing_clock>;
-  static constexpr bool is_steady = true;
+struct racing_clock : test_clock_types<racing_clock> {
   static inline std::atomic<rep> ticks{0};
   static time_point now() noexcept {
     return time_point(duration(ticks.fetch_add(100'000, std::memory_order_relaxed)));
