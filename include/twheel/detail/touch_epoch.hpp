@@ -203,16 +203,16 @@ class basic_touch_epoch {
     // Published after its end is recorded: upper_bound() reads the end without the lock.
     generation_.store(generation + 1, std::memory_order_release);
     const bool stamping = (next & exact_bit) == 0;
-    stamping_.store(stamping, std::memory_order_relaxed);
     // Later than the last one: `end` is read after the last end, at or after its tick.
     tick_at_.store((end + (stamping ? resolution : exact_resolution)).time_since_epoch().count(),
                    std::memory_order_relaxed);
   }
 
-  // Whether a driver whose wheel has idle timers must pass by tick_at(): once enabled. A
-  // stamped generation must end within `resolution`; an exact one is ended every
+  // Whether enable() has made the history: generations then start at passes. A stamped
+  // generation must end within `resolution`; an exact one is ended every
   // `exact_resolution`, so that touches in it make the next one stamped even when nothing
-  // else wakes a driver.
+  // else wakes a driver. (Which wheels pass for it is theirs to say:
+  // wheel_service::keeps_touch_epoch().)
   bool ticking() const noexcept { return enabled_.load(std::memory_order_acquire); }
   // When the generation in progress ends, at the first pass from then on; never earlier,
   // so it only moves later.
@@ -221,7 +221,9 @@ class basic_touch_epoch {
     return time_point(typename clock_type::duration(tick_at_.load(std::memory_order_relaxed)));
   }
   // Whether the generation in progress is stamped (else touches read the clock).
-  bool stamping() const noexcept { return stamping_.load(std::memory_order_relaxed); }
+  bool stamping() const noexcept {
+    return (word_.load(std::memory_order_relaxed) & exact_bit) == 0;
+  }
 
   // An upper bound of the time of the touch (or start) that stored `stamp`; read after
   // loading the stamp.
@@ -250,7 +252,6 @@ class basic_touch_epoch {
   alignas(64) std::atomic<bool> enabled_{false};
   std::atomic<rep> tick_at_{std::numeric_limits<rep>::min()};  // min: none started yet
   std::atomic<std::uint64_t> generation_{0};
-  std::atomic<bool> stamping_{false};
   // Under mutex_.
   mutable std::mutex mutex_;
   std::unique_ptr<epoch_history> history_;  // 64 KiB, made by enable()
