@@ -720,6 +720,62 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(move_assignment_carries_waits_and_aborts_target, T
   BOOST_TEST(log4.ec(1) == error_code{});
 }
 
+// Every timer keeps its own executor through moves, whichever context and executor type
+// the timers on either side have: the moved-from one keeps it (as if newly constructed),
+// and it outlives the timer it was moved from.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(executors_kept_through_moves, Timer, timer_types) {
+  asio::io_context ctx1, ctx2;
+  const asio::any_io_executor plain1 = ctx1.get_executor();
+  const asio::any_io_executor plain2 = ctx2.get_executor();
+  const asio::any_io_executor strand1 = asio::make_strand(ctx1);
+  const asio::any_io_executor strand2 = asio::make_strand(ctx2);
+
+  // Move construction: both keep the executor, and the new timer keeps it after the old
+  // one is gone.
+  for (const auto& ex : {plain1, strand1, plain2, strand2}) {
+    std::optional<Timer> from(std::in_place, ex);
+    Timer to(std::move(*from));
+    BOOST_TEST((from->get_executor() == ex));
+    BOOST_TEST((to.get_executor() == ex));
+    from.reset();
+    BOOST_TEST((to.get_executor() == ex));
+  }
+
+  // Move assignment between every pair: the target takes the source's executor (and
+  // context), the source keeps its own, and the target keeps it after the source is gone.
+  for (const auto& to_ex : {plain1, strand1, plain2, strand2}) {
+    for (const auto& from_ex : {plain1, strand1, plain2, strand2}) {
+      Timer to(to_ex);
+      std::optional<Timer> from(std::in_place, from_ex);
+      to = std::move(*from);
+      BOOST_TEST((to.get_executor() == from_ex));
+      BOOST_TEST((from->get_executor() == from_ex));
+      from.reset();
+      BOOST_TEST((to.get_executor() == from_ex));
+    }
+  }
+
+  // A strand timer moved into a vector that grows still runs its handlers in its strand
+  // once the timers it was moved from are gone.
+  std::vector<Timer> timers;
+  int in_strand = 0;
+  int done = 0;
+  for (int i = 0; i < 8; ++i) {
+    timers.emplace_back(strand1, 2ms);
+    timers.back().async_wait([&](error_code ec) {
+      ++done;
+      const auto* strand = timers.front().get_executor().template target<
+          asio::strand<asio::io_context::executor_type>>();
+      if (!ec && strand != nullptr && strand->running_in_this_thread()) ++in_strand;
+    });
+  }
+  auto r = run_ctx(ctx1, run_limit);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(done == 8);
+  BOOST_TEST(in_strand == 8);
+}
+
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
 BOOST_AUTO_TEST_CASE_TEMPLATE(converting_move_between_executor_types, Timer, timer_types) {
   using clock = typename Timer::clock_type;

@@ -3,6 +3,7 @@
 #ifndef TWHEEL_BASIC_WAITABLE_TIMER_HPP
 #define TWHEEL_BASIC_WAITABLE_TIMER_HPP
 
+#include <twheel/detail/timer_executor.hpp>
 #include <twheel/detail/timer_state.hpp>
 #include <twheel/wheel_service.hpp>
 
@@ -74,9 +75,9 @@ class basic_waitable_timer {
   /// for any asynchronous operations performed on the timer. The wheel of its execution
   /// context is created if it does not exist yet.
   explicit basic_waitable_timer(const executor_type& ex)
-      : service_(&service_for(ex)), executor_(ex) {
-    service_->attach(executor_);
-    state_.boxable = service_->runs_inline(executor_);
+      : service_(&service_for(ex)),
+        executor_(detail::attach_timer_executor(*service_, ex)) {
+    state_.boxable = service_->runs_inline(ex);
   }
 
   /// Constructs a timer without setting an expiry time.
@@ -185,11 +186,14 @@ class basic_waitable_timer {
   template <class Executor1,
             std::enable_if_t<std::is_convertible_v<Executor1, Executor>, int> = 0>
   basic_waitable_timer(basic_waitable_timer<Clock, WaitTraits, Executor1>&& other)
-      : service_(other.service_), expiry_(other.expiry_), executor_(other.executor_) {
+      : service_(other.service_),
+        expiry_(other.expiry_),
+        executor_(
+            detail::attach_timer_executor(*service_, executor_type(other.get_executor()))) {
     service_->move(state_, other.state_);
     state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
     // The executor changed type: a handler boxed under the old one still runs where it did.
-    state_.boxable = service_->runs_inline(executor_);
+    state_.boxable = service_->runs_inline(get_executor());
     other.expiry_ = time_point();
   }
 
@@ -213,7 +217,9 @@ class basic_waitable_timer {
   basic_waitable_timer& operator=(const basic_waitable_timer&) = delete;
 
   /// Gets the executor associated with the object.
-  const executor_type& get_executor() noexcept { return executor_; }
+  const executor_type& get_executor() noexcept {
+    return executor_.get(service_->executor());
+  }
 
   /// Cancels any asynchronous operations that are waiting on the timer.
   ///
@@ -453,7 +459,7 @@ class basic_waitable_timer {
     void operator()(WaitHandler&& handler) const {
       std::decay_t<WaitHandler> h(std::forward<WaitHandler>(handler));
       self_->state_.might_have_waits = true;
-      self_->service_->async_wait(self_->state_, self_->expiry_, h, self_->executor_);
+      self_->service_->async_wait(self_->state_, self_->expiry_, h, self_->get_executor());
     }
 
    private:
@@ -488,7 +494,7 @@ class basic_waitable_timer {
   wheel_service* service_;
   detail::timer_state state_;
   time_point expiry_{};
-  executor_type executor_;
+  detail::timer_executor<executor_type> executor_;
 };
 
 }  // namespace twheel

@@ -3,6 +3,7 @@
 #define TWHEEL_IDLE_TIMER_HPP
 
 #include <twheel/detail/forwarding_handler.hpp>
+#include <twheel/detail/timer_executor.hpp>
 #include <twheel/detail/timer_state.hpp>
 #include <twheel/detail/wait_ops.hpp>
 #include <twheel/wheel_service.hpp>
@@ -195,11 +196,10 @@ class basic_idle_timer {
   /// @throws std::invalid_argument if `period` is not positive.
   basic_idle_timer(const executor_type& ex, duration period)
       : service_(&wheel_service::of(boost::asio::query(ex, boost::asio::execution::context))),
-        executor_(ex) {
+        executor_(detail::attach_timer_executor(*service_, ex)) {
     state_.period = checked(period);
-    service_->attach(executor_);
     service_->use_touch_epoch();
-    state_.boxable = service_->runs_inline(executor_);
+    state_.boxable = service_->runs_inline(ex);
   }
 
   /// Constructs an idle timer with no wait pending.
@@ -250,7 +250,7 @@ class basic_idle_timer {
   /// Gets the executor associated with the object.
   executor_type get_executor() const {
     check();
-    return executor_;
+    return executor_.get(service_->executor());
   }
   /// The idle period.
   duration period() const {
@@ -318,7 +318,8 @@ class basic_idle_timer {
  private:
   struct initiate_wait {
     basic_idle_timer* self;
-    executor_type get_executor() const { return self->executor_; }
+    // A moved-from timer throws std::logic_error here, as its async_wait() does.
+    executor_type get_executor() const { return self->get_executor(); }
 
     template <class Handler>
     void operator()(Handler&& handler) const {
@@ -343,7 +344,7 @@ class basic_idle_timer {
     // filed, so the driver (under the lock) sees it.
     state_.touched.store(detail::touch_epoch::exact_stamp(now), std::memory_order_relaxed);
     try {
-      service_->async_wait(state_, deadline, op, executor_);
+      service_->async_wait(state_, deadline, op, executor_.get(service_->executor()));
     } catch (...) {
       flag->release();  // ours; the op's goes with it
       throw;
@@ -382,7 +383,7 @@ class basic_idle_timer {
   }
 
   wheel_service* service_;
-  executor_type executor_;
+  detail::timer_executor<executor_type> executor_;
   detail::idle_wait_flag* flag_ = nullptr;  // the last wait's, until it is replaced
   detail::idle_entry state_;
 };

@@ -203,6 +203,8 @@ class wheel_service : public boost::asio::execution_context::service {
   /// is the executor the driver itself runs on. Call after attach().
   template <class Executor>
   bool runs_inline(const Executor& ex) const noexcept;
+  /// The executor the driver runs on; set by the first attach(), then never changed.
+  const boost::asio::any_io_executor& executor() const noexcept { return executor_; }
 
   /// The stamps of idle_timer::touch(): the process's, shared by every wheel.
   static detail::touch_epoch& epoch() noexcept { return detail::process_touch_epoch(); }
