@@ -77,7 +77,7 @@ class basic_waitable_timer {
   explicit basic_waitable_timer(const executor_type& ex)
       : service_(&service_for(ex)),
         executor_(detail::attach_timer_executor(*service_, ex)) {
-    state_.boxable = service_->runs_inline(ex);
+    state_.boxable = executor_.is_wheels(*service_);
   }
 
   /// Constructs a timer without setting an expiry time.
@@ -193,7 +193,7 @@ class basic_waitable_timer {
     service_->move(state_, other.state_);
     state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
     // The executor changed type: a handler boxed under the old one still runs where it did.
-    state_.boxable = service_->runs_inline(get_executor());
+    state_.boxable = executor_.is_wheels(*service_);
     other.expiry_ = time_point();
   }
 

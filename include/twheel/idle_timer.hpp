@@ -199,7 +199,7 @@ class basic_idle_timer {
         executor_(detail::attach_timer_executor(*service_, ex)) {
     state_.period = checked(period);
     service_->use_touch_epoch();
-    state_.boxable = service_->runs_inline(ex);
+    state_.boxable = executor_.is_wheels(*service_);
   }
 
   /// Constructs an idle timer with no wait pending.

@@ -28,6 +28,11 @@ class timer_executor {
   const Executor& get(const boost::asio::any_io_executor& /*wheels*/) const noexcept {
     return ex_;
   }
+  // Whether the executor is the wheel's: its handlers may then be boxed.
+  template <class Service>
+  bool is_wheels(const Service& service) const noexcept {
+    return service.runs_inline(ex_);
+  }
 
  private:
   Executor ex_;
@@ -61,6 +66,10 @@ class timer_executor<boost::asio::any_io_executor> {
   const boost::asio::any_io_executor& get(
       const boost::asio::any_io_executor& wheels) const noexcept {
     return own_ ? own_->ex : wheels;
+  }
+  template <class Service>
+  bool is_wheels(const Service& /*service*/) const noexcept {
+    return own_ == nullptr;
   }
 
  private:
