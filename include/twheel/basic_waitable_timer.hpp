@@ -471,7 +471,7 @@ class basic_waitable_timer {
     return wheel_service::of(boost::asio::query(ex, boost::asio::execution::context));
   }
 
-  // Every line of service_ .. expiry_ (the bytes a re-arm touches, up to 88 of them, so up
+  // Every line of service_ .. expiry_ (the bytes a re-arm touches, 80 of them, so up
   // to three lines): one address in each. Prefetching state_ and expiry_ alone missed the
   // middle line of one timer in four in a vector of timers.
   void prefetch_hot_fields() const noexcept {
