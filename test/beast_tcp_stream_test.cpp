@@ -830,6 +830,45 @@ BOOST_AUTO_TEST_CASE(twheel_one_wheel_entry_per_direction) {
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
 
+// A stream on a strand costs no more than one on the context's executor: its timers run
+// on their wheel's executor (the timeout handlers carry the stream's), so they keep no
+// copy of the strand (a timer on another executor keeps it in a block of its own).
+BOOST_AUTO_TEST_CASE(twheel_stream_on_a_strand_allocates_no_more) {
+  asio::io_context ctx;
+  const asio::any_io_executor plain = ctx.get_executor();
+  const asio::any_io_executor strand = asio::make_strand(ctx);
+  { twheel::beast::tcp_stream warm(plain); }  // the wheel and the reactor
+  auto allocations_of = [](const asio::any_io_executor& ex) {
+    const std::size_t before = g_allocations.load();
+    twheel::beast::tcp_stream s(ex);
+    return g_allocations.load() - before;
+  };
+  const std::size_t on_plain = allocations_of(plain);
+  const std::size_t on_strand = allocations_of(strand);
+  BOOST_TEST_MESSAGE("allocations of a stream: " << on_plain << " on the context's executor, "
+                                                  << on_strand << " on a strand");
+  BOOST_TEST(on_strand == on_plain);
+
+  // Its timeouts still work, and its handlers run in its strand.
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  twheel::beast::tcp_stream client(strand);
+  tcp::socket peer(ctx);
+  client.socket().connect(acceptor.local_endpoint());
+  acceptor.accept(peer);
+  std::array<char, 16> buf{};
+  error_code ec;
+  bool in_strand = false;
+  client.expires_after(20ms);
+  client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t) {
+    ec = e;
+    in_strand = strand.target<asio::strand<asio::io_context::executor_type>>()
+                    ->running_in_this_thread();
+  });
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
+  BOOST_TEST(ec == timeout_ec);
+  BOOST_TEST(in_strand);
+}
+
 // Steady state: timed reads and writes allocate nothing (the operations come from
 // Asio's per-thread recycling allocator, the stream's state is allocated once).
 BOOST_AUTO_TEST_CASE(twheel_no_allocation_per_operation) {

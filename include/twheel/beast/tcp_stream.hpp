@@ -21,7 +21,9 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/coroutine.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/execution/context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/wait_traits.hpp>
 #include <boost/beast/core/async_base.hpp>
 #include <boost/beast/core/buffer_traits.hpp>
@@ -165,11 +167,24 @@ class basic_stream {
  private:
   using clock_type = std::chrono::steady_clock;
   using time_point = clock_type::time_point;
+  // The timers run on their wheel's own executor, whatever the stream's: every timeout
+  // handler carries its operation's executor (timeout_handler::get_executor), so the
+  // timer's is never used to run one, and a timer on its wheel's executor keeps no copy
+  // of it (88 bytes; a strand behind any_io_executor would cost each timer a block).
   using timer_type =
-      twheel::basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>, Executor>;
+      twheel::basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>,
+                                   boost::asio::any_io_executor>;
   using error_code = boost::system::error_code;
 
   static time_point never() noexcept { return (time_point::max)(); }
+
+  // The executor of the wheel of `ex`'s context (made by its first timer, through `ex`).
+  static const boost::asio::any_io_executor& wheel_executor(const Executor& ex) {
+    wheel_service& service =
+        wheel_service::of(boost::asio::query(ex, boost::asio::execution::context));
+    service.attach(ex);
+    return service.executor();
+  }
 
   // One direction: its timer (the wheel entry), the generation of its operations, and
   // whether an operation is pending or was timed out.
@@ -179,7 +194,7 @@ class basic_stream {
     bool pending = false;
     bool timeout = false;  // set by the timeout handler, consumed by the operation
 
-    explicit op_state(const Executor& ex) : timer(ex, never()) {}
+    explicit op_state(const Executor& ex) : timer(wheel_executor(ex), never()) {}
     op_state(op_state&&) = default;
   };
 
