@@ -217,6 +217,11 @@ class basic_waitable_timer {
   basic_waitable_timer& operator=(const basic_waitable_timer&) = delete;
 
   /// Gets the executor associated with the object.
+  ///
+  /// @note The reference is valid until the timer is destroyed or assigned to (Asio's
+  /// stays valid across a move assignment, and then shows the new executor): a timer on
+  /// its wheel's executor returns the wheel's, and one on another executor returns its
+  /// kept copy, which an assignment replaces.
   const executor_type& get_executor() noexcept {
     return executor_.get(service_->executor());
   }
