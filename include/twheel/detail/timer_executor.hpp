@@ -19,11 +19,12 @@
 
 namespace twheel::detail {
 
-// Generic: the executor itself. `the_wheels` (the executor equals the wheel's) is unused.
+// Generic: the executor itself, compared with the wheel's only when asked.
 template <class Executor>
 class timer_executor {
  public:
-  timer_executor(const Executor& ex, bool /*the_wheels*/) : ex_(ex) {}
+  template <class Service>
+  timer_executor(const Service& /*service*/, const Executor& ex) : ex_(ex) {}
 
   const Executor& get(const boost::asio::any_io_executor& /*wheels*/) const noexcept {
     return ex_;
@@ -47,9 +48,11 @@ class timer_executor<boost::asio::any_io_executor> {
   };
 
  public:
-  // Throws std::bad_alloc when `ex` is not the wheel's (nothing is then kept).
-  timer_executor(const boost::asio::any_io_executor& ex, bool the_wheels)
-      : own_(the_wheels ? nullptr : new shared_block(ex)) {}
+  // Compares `ex` with the wheel's once, here. Throws std::bad_alloc when `ex` is not the
+  // wheel's (nothing is then kept).
+  template <class Service>
+  timer_executor(const Service& service, const boost::asio::any_io_executor& ex)
+      : own_(service.runs_inline(ex) ? nullptr : new shared_block(ex)) {}
   timer_executor(const timer_executor& other) noexcept : own_(other.own_) {
     if (own_) own_->refs.fetch_add(1, std::memory_order_relaxed);
   }
@@ -81,7 +84,7 @@ class timer_executor<boost::asio::any_io_executor> {
 template <class Service, class Executor>
 timer_executor<Executor> attach_timer_executor(Service& service, const Executor& ex) {
   service.attach(ex);
-  return timer_executor<Executor>(ex, service.runs_inline(ex));
+  return timer_executor<Executor>(service, ex);
 }
 
 }  // namespace twheel::detail
