@@ -75,9 +75,11 @@ struct pair {
   Stream client;
   tcp::socket peer;
 
-  explicit pair(asio::io_context& ctx)
+  explicit pair(asio::io_context& ctx) : pair(ctx, ctx.get_executor()) {}
+  // The client on `client_ex` (a strand, say); the acceptor and the peer on `ctx`.
+  pair(asio::io_context& ctx, const asio::any_io_executor& client_ex)
       : acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0)),
-        client(ctx),
+        client(client_ex),
         peer(ctx) {
     client.socket().connect(acceptor.local_endpoint());
     acceptor.accept(peer);
@@ -850,16 +852,12 @@ BOOST_AUTO_TEST_CASE(twheel_stream_on_a_strand_allocates_no_more) {
   BOOST_TEST(on_strand == on_plain);
 
   // Its timeouts still work, and its handlers run in its strand.
-  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
-  twheel::beast::tcp_stream client(strand);
-  tcp::socket peer(ctx);
-  client.socket().connect(acceptor.local_endpoint());
-  acceptor.accept(peer);
+  pair<twheel::beast::tcp_stream> p(ctx, strand);
   std::array<char, 16> buf{};
   error_code ec;
   bool in_strand = false;
-  client.expires_after(20ms);
-  client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t) {
+  p.client.expires_after(20ms);
+  p.client.async_read_some(asio::buffer(buf), [&](error_code e, std::size_t) {
     ec = e;
     in_strand = strand.target<asio::strand<asio::io_context::executor_type>>()
                     ->running_in_this_thread();
