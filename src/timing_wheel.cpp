@@ -36,6 +36,7 @@ timing_wheel::timing_wheel(wheel_config config, duration start)
                            : static_cast<std::uint64_t>((static_cast<uint128>(1) << 64) /
                                                         static_cast<std::uint64_t>(
                                                             config.tick.count()))),
+      max_tick_(static_cast<std::uint64_t>(max_ns / config.tick.count())),
       elapsed_(0),
       wheel_(new detail::wheel_level<wheel_entry>[config.levels]) {
   elapsed_ = tick_of(start);
@@ -70,7 +71,7 @@ std::uint64_t timing_wheel::tick_of(duration now) const noexcept {
 }
 
 timing_wheel::duration timing_wheel::from_tick(std::uint64_t tick) const noexcept {
-  if (tick > static_cast<std::uint64_t>(max_ns / tick_ns_)) return duration::max();
+  if (tick > max_tick_) return duration::max();
   return duration(static_cast<std::int64_t>(tick) * tick_ns_);
 }
 

@@ -338,6 +338,8 @@ class timing_wheel {
   std::int64_t tick_ns_;
   unsigned levels_;
   std::uint64_t tick_reciprocal_;  // floor(2^64 / tick), 0 for a 1 ns tick
+  std::uint64_t max_tick_;    // the last tick whose start fits in a duration (a division
+                              // insert() would otherwise pay for every call)
   std::uint64_t elapsed_;     // current tick: every filed slot starts after it
   std::size_t size_ = 0;
   std::unique_ptr<detail::wheel_level<wheel_entry>[]> wheel_;
