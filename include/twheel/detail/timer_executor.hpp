@@ -80,7 +80,8 @@ class timer_executor<boost::asio::any_io_executor> {
 };
 
 // What a new timer on `service`'s wheel keeps of `ex`. The first timer of a context
-// attaches the wheel (which takes its executor from `ex`); then `ex` is compared with it.
+// attaches the wheel (which takes its executor from `ex`); then `ex` is compared with it,
+// here for any_io_executor, by is_wheels() for a concrete executor type.
 template <class Service, class Executor>
 timer_executor<Executor> attach_timer_executor(Service& service, const Executor& ex) {
   service.attach(ex);
