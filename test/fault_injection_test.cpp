@@ -43,6 +43,8 @@
 #include <cstdlib>
 #include <exception>
 #include <initializer_list>
+#include <limits>
+#include <memory>
 #include <new>
 #include <optional>
 #include <vector>
@@ -382,6 +384,7 @@ BOOST_AUTO_TEST_CASE(timer_operations) {
       asio::cancellation_signal signal;
       std::optional<twheel::steady_timer> t1(std::in_place, ctx, 1ms);
       twheel::steady_timer t2(strand, 1ms);
+      twheel::steady_timer t4(ctx, 1ms);
       (void)twheel::stats(ctx);  // the wheel exists: this scenario is not about first use
       {
         fault_scope armed(n);
@@ -393,6 +396,12 @@ BOOST_AUTO_TEST_CASE(timer_operations) {
                 asio::bind_allocator(std::allocator<int>(), make<small_handler>(l, id)));
         wait_on(*t1, ctx, l, id, asio::bind_executor(strand, make<small_handler>(l, id)));
         l.on_strand[id] = true;
+        // Bound to the wheel's own executor: boxed in a timer with no wait, put back
+        // together and allocated behind a wait.
+        wait_on(t4, ctx, l, id,
+                asio::bind_executor(ctx.get_executor(), make<small_handler>(l, id)));
+        wait_on(*t1, ctx, l, id,
+                asio::bind_executor(ctx.get_executor(), make<small_handler>(l, id)));
         wait_on(t2, ctx, l, id, make<small_handler>(l, id));
         l.on_strand[id] = true;
         wait_on(t2, ctx, l, id,
@@ -423,6 +432,63 @@ BOOST_AUTO_TEST_CASE(timer_operations) {
     }
     check_ledger(l);
   });
+}
+
+// A small handler bound to the executor the wheel runs on (bind_executor with the
+// context's executor, or a handler whose own executor it is, as a coroutine's is) waits in
+// its timer's box as an unbound one does: the waits allocate no more than unbound ones.
+// Bound to a strand, each is allocated (the control: the hook sees those).
+struct counting_handler {
+  int* calls;
+  void operator()(error_code ec) const {
+    if (!ec) ++*calls;
+  }
+};
+struct own_executor_handler {
+  int* calls;
+  asio::io_context* ctx;
+  using executor_type = asio::io_context::executor_type;
+  executor_type get_executor() const noexcept { return ctx->get_executor(); }
+  void operator()(error_code ec) const {
+    if (!ec) ++*calls;
+  }
+};
+
+BOOST_AUTO_TEST_CASE(handlers_bound_to_the_wheels_executor_allocate_nothing) {
+  asio::io_context ctx;
+  auto strand = asio::make_strand(ctx);
+  constexpr int n = 16;
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  for (int i = 0; i < n; ++i) timers.push_back(std::make_unique<twheel::steady_timer>(ctx));
+  int calls = 0;
+  // Allocations made by starting one wait on every timer (then run to completion).
+  auto allocations = [&](auto make_handler) {
+    for (auto& t : timers) t->expires_after(1ms);
+    long made = 0;
+    {
+      fault_scope armed(std::numeric_limits<long>::max());
+      for (auto& t : timers) t->async_wait(make_handler());
+      made = seen;
+    }
+    ctx.restart();
+    ctx.run();
+    return made;
+  };
+  (void)allocations([&] { return counting_handler{&calls}; });  // the wheel's first use
+  const long unbound = allocations([&] { return counting_handler{&calls}; });
+  const long bound = allocations(
+      [&] { return asio::bind_executor(ctx.get_executor(), counting_handler{&calls}); });
+  const long own = allocations([&] { return own_executor_handler{&calls, &ctx}; });
+  const long on_strand =
+      allocations([&] { return asio::bind_executor(strand, counting_handler{&calls}); });
+  BOOST_TEST_MESSAGE("allocations of " << n << " waits: unbound " << unbound
+                                       << ", bound to the context's executor " << bound
+                                       << ", with it as their own " << own << ", on a strand "
+                                       << on_strand);
+  BOOST_TEST(bound == unbound);
+  BOOST_TEST(own == unbound);
+  BOOST_TEST(on_strand >= unbound + n / 2);
+  BOOST_TEST(calls == 5 * n);
 }
 
 // Each wait earlier than all before it: the wheel re-arms its internal timer every time,

@@ -37,6 +37,7 @@ using timer_types = boost::mpl::list<boost::asio::steady_timer>;
 #include <exception>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -1248,6 +1249,60 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_use_awaitable, Timer, timer_types) {
 // ---------------------------------------------------------------------------------------
 // 11. Strands
 // ---------------------------------------------------------------------------------------
+
+// A handler bound to the context's own executor (bind_executor(ctx.get_executor(), h), or
+// with it as its own executor, as a coroutine's handler has): it runs on the context, never
+// inside the initiating call, exactly once, with its result; two waits on one timer complete
+// in the order they were started (twheel keeps the first in the timer and allocates the
+// second, putting the binder back together).
+struct own_executor_handler {
+  std::vector<std::pair<int, error_code>>* log;
+  asio::io_context* ctx;
+  int id;
+  using executor_type = asio::io_context::executor_type;
+  executor_type get_executor() const noexcept { return ctx->get_executor(); }
+  void operator()(error_code ec) const {
+    BOOST_TEST(ctx->get_executor().running_in_this_thread());
+    log->emplace_back(id, ec);
+  }
+};
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(handlers_bound_to_the_contexts_executor, Timer, timer_types) {
+  asio::io_context ctx;
+  std::vector<std::pair<int, error_code>> log;
+  auto bound = [&](int id) {
+    return asio::bind_executor(ctx.get_executor(), [&log, &ctx, id](error_code ec) {
+      BOOST_TEST(ctx.get_executor().running_in_this_thread());
+      log.emplace_back(id, ec);
+    });
+  };
+  Timer a(ctx, 2ms), b(ctx, 1ms), c(ctx, 10s), d(ctx, 10s);
+  a.async_wait(bound(1));
+  a.async_wait(bound(2));  // behind 1 on the same timer
+  b.async_wait(own_executor_handler{&log, &ctx, 3});
+  c.async_wait(bound(4));
+  d.async_wait(own_executor_handler{&log, &ctx, 5});
+  BOOST_TEST(log.empty());  // never inside the initiating call
+  BOOST_TEST(c.cancel() == 1u);
+  BOOST_TEST(d.expires_after(10s) == 1u);
+  BOOST_TEST(log.empty());  // nor inside the aborting one
+  auto r = run_ctx(ctx, run_limit);
+  BOOST_TEST(!r.timed_out);
+  BOOST_REQUIRE(log.size() == 5u);
+  // The aborted ones first (they were due at once), then by deadline, 1 before 2.
+  std::map<int, std::size_t> at;
+  for (std::size_t i = 0; i < log.size(); ++i) at[log[i].first] = i;
+  BOOST_REQUIRE(at.size() == 5u);
+  BOOST_TEST(log[at[4]].second == aborted);
+  BOOST_TEST(log[at[5]].second == aborted);
+  BOOST_TEST(!log[at[1]].second);
+  BOOST_TEST(!log[at[2]].second);
+  BOOST_TEST(!log[at[3]].second);
+  BOOST_TEST(at[3] < at[1]);
+  BOOST_TEST(at[1] < at[2]);
+  BOOST_TEST(std::max(at[4], at[5]) < at[3]);
+}
 
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
 BOOST_AUTO_TEST_CASE_TEMPLATE(handlers_run_in_strand, Timer, timer_types) {

@@ -239,6 +239,11 @@ class wheel_service : public boost::asio::execution_context::service {
 
   void shutdown() override;
 
+  // Moves `handler` into a box and files it; should the timer already have a wait, hands
+  // it back to `otherwise` (Boxed&), which starts it allocated.
+  template <class Boxed, class Otherwise>
+  void start_in_box(detail::timer_state& timer, clock_type::time_point deadline,
+                    Boxed& handler, Otherwise&& otherwise);
   template <class Handler, class IoExecutor, class Slot>
   void start_allocated_wait(detail::timer_state& timer, clock_type::time_point deadline,
                             Handler& handler, const IoExecutor& io_ex, Slot& slot);

@@ -4,10 +4,12 @@
 // Why: allocating an operation per wait costs a malloc and a free, and completing it
 // touches one more cold cache line per handler. Small handlers (a lambda capturing a
 // pointer or two, a shared_ptr) fit here, so a re-arm moves 16 bytes from the timer's own
-// cache line into the contiguous queue and nothing is allocated. Larger handlers, and
-// handlers with an executor, allocator or cancellation slot of their own, still get an
-// operation allocated through their associated allocator (wait_ops.hpp); the box then
-// holds the pointer to it.
+// cache line into the contiguous queue and nothing is allocated. So do small handlers
+// bound to the executor the wheel runs on (bind_executor(ctx.get_executor(), h), a
+// coroutine's): the wheel's drain runs there already. Larger handlers, handlers with an
+// allocator or cancellation slot of their own, and handlers bound to any other executor
+// (a strand) still get an operation allocated through their associated allocator
+// (wait_ops.hpp); the box then holds the pointer to it.
 #ifndef TWHEEL_DETAIL_HANDLER_BOX_HPP
 #define TWHEEL_DETAIL_HANDLER_BOX_HPP
 
@@ -15,6 +17,7 @@
 
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_executor.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
@@ -81,17 +84,38 @@ class handler_box {
 struct no_executor_association {};
 struct no_allocator_association {};
 
-// Handlers that may live in a box: small, nothrow-movable, and with no associated executor
-// or allocator of their own (they run on the timer's executor, which the wheel runs on,
-// and there is nothing of theirs to allocate with).
 template <class Handler>
-inline constexpr bool fits_in_box =
+inline constexpr bool has_own_executor =
+    !std::is_same_v<boost::asio::associated_executor_t<Handler, no_executor_association>,
+                    no_executor_association>;
+
+// Small, nothrow-movable, and with no associated allocator (nothing of theirs to allocate
+// with).
+template <class Handler>
+inline constexpr bool box_sized =
     sizeof(Handler) <= handler_box::capacity && alignof(Handler) <= 8 &&
     std::is_nothrow_move_constructible_v<Handler> &&
-    std::is_same_v<boost::asio::associated_executor_t<Handler, no_executor_association>,
-                   no_executor_association> &&
     std::is_same_v<boost::asio::associated_allocator_t<Handler, no_allocator_association>,
                    no_allocator_association>;
+
+// Handlers that may live in a box whenever their timer's executor is the wheel's: box-sized,
+// with no associated executor of their own (they run on the timer's executor).
+template <class Handler>
+inline constexpr bool fits_in_box = box_sized<Handler> && !has_own_executor<Handler>;
+
+// Box-sized handlers with an executor of their own (use_awaitable's, for one): boxed when
+// that executor is, at the wait's start, the one the wheel runs on.
+template <class Handler>
+inline constexpr bool fits_in_box_if_inline = box_sized<Handler> && has_own_executor<Handler>;
+
+// bind_executor(ex, h) with h fits_in_box: when `ex` is the wheel's, h alone is boxed (the
+// binder, h plus an executor, is too big for the box), which is what running it on `ex`
+// from the wheel's drain means.
+template <class Handler>
+struct boxable_binder : std::false_type {};
+template <class T, class Executor>
+struct boxable_binder<boost::asio::executor_binder<T, Executor>>
+    : std::bool_constant<fits_in_box<T>> {};
 
 template <class Handler>
 struct boxed_handler {
@@ -116,7 +140,7 @@ struct boxed_handler {
 template <class Handler>
 void handler_box::emplace(Handler&& handler) noexcept {
   using H = std::decay_t<Handler>;
-  static_assert(fits_in_box<H>);
+  static_assert(box_sized<H>);
   ::new (static_cast<void*>(storage_)) H(std::move(handler));
   vt_ = &boxed_handler<H>::vtable;
 }

@@ -139,27 +139,51 @@ template <class Handler, class IoExecutor>
 void wheel_service::async_wait(detail::timer_state& timer, clock_type::time_point deadline,
                                Handler& handler, const IoExecutor& io_ex) {
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
+  auto allocated = [&](Handler& h) { start_allocated_wait(timer, deadline, h, io_ex, slot); };
 
   if constexpr (detail::fits_in_box<Handler>) {
     // The fast path: no allocation, no executor copied or compared (the timer decided once
     // that its executor is the wheel's).
     if (timer.boxable && !slot.is_connected()) {
-      detail::handler_box box;
-      box.emplace(std::move(handler));
-      struct discard {
-        detail::handler_box& box;
-        ~discard() {
-          if (!box.empty()) box.complete(detail::wait_result::aborted, false);
-        }
-      } guard{box};
-      if (start_boxed_wait(timer, wheel_time(deadline), box)) return;
-      // The timer already has a wait: this one queues behind it, allocated.
-      Handler unboxed(box.template release<Handler>());
-      start_allocated_wait(timer, deadline, unboxed, io_ex, slot);
+      start_in_box(timer, deadline, handler, allocated);
+      return;
+    }
+  } else if constexpr (detail::boxable_binder<Handler>::value) {
+    // bind_executor(ex, h): one executor compare instead of an allocation when `ex` is the
+    // wheel's. Should the timer already have a wait, the binder is put back together.
+    if (timer.boxable && !slot.is_connected() && runs_inline(handler.get_executor())) {
+      using target = typename Handler::target_type;
+      start_in_box(timer, deadline, handler.get(), [&](target& h) {
+        Handler rebound(boost::asio::executor_arg, handler.get_executor(), std::move(h));
+        allocated(rebound);
+      });
+      return;
+    }
+  } else if constexpr (detail::fits_in_box_if_inline<Handler>) {
+    if (timer.boxable && !slot.is_connected() &&
+        runs_inline(boost::asio::get_associated_executor(handler, io_ex))) {
+      start_in_box(timer, deadline, handler, allocated);
       return;
     }
   }
-  start_allocated_wait(timer, deadline, handler, io_ex, slot);
+  allocated(handler);
+}
+
+template <class Boxed, class Otherwise>
+void wheel_service::start_in_box(detail::timer_state& timer, clock_type::time_point deadline,
+                                 Boxed& handler, Otherwise&& otherwise) {
+  detail::handler_box box;
+  box.emplace(std::move(handler));
+  struct discard {
+    detail::handler_box& box;
+    ~discard() {
+      if (!box.empty()) box.complete(detail::wait_result::aborted, false);
+    }
+  } guard{box};
+  if (start_boxed_wait(timer, wheel_time(deadline), box)) return;
+  // The timer already has a wait: this one queues behind it, allocated.
+  Boxed unboxed(box.template release<Boxed>());
+  otherwise(unboxed);
 }
 
 template <class Handler, class IoExecutor, class Slot>
