@@ -342,8 +342,11 @@ class basic_waitable_timer {
   /// The handler is never invoked from inside this call. It runs on its associated
   /// executor (the timer's by default): called directly by the wheel when that is the
   /// executor the wheel runs on, through boost::asio::dispatch() otherwise. Waits of one
-  /// timer complete in the order they were started. The operation is allocated once,
-  /// through the handler's associated allocator (Asio's recycling allocator by default).
+  /// timer complete in the order they were started. A timer's oldest wait keeps a small
+  /// handler (16 bytes, no allocator or cancellation slot of its own) inside the timer
+  /// when the handler runs where the wheel does (no executor of its own, or bound to the
+  /// context's): nothing is allocated. Other waits are allocated once, through the
+  /// handler's associated allocator (Asio's recycling allocator by default).
   /// If the context shuts down first, the handler is destroyed without being invoked.
   ///
   /// @param token The completion token that will be used to produce a completion handler

@@ -18,6 +18,7 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
@@ -108,14 +109,19 @@ inline constexpr bool fits_in_box = box_sized<Handler> && !has_own_executor<Hand
 template <class Handler>
 inline constexpr bool fits_in_box_if_inline = box_sized<Handler> && has_own_executor<Handler>;
 
+template <class T>
+struct is_strand : std::false_type {};
+template <class Inner>
+struct is_strand<boost::asio::strand<Inner>> : std::true_type {};
+
 // bind_executor(ex, h) with h fits_in_box: when `ex` is the wheel's, h alone is boxed (the
 // binder, h plus an executor, is too big for the box), which is what running it on `ex`
-// from the wheel's drain means.
+// from the wheel's drain means. Never a strand (the wheel runs on none): not compared.
 template <class Handler>
 struct boxable_binder : std::false_type {};
 template <class T, class Executor>
 struct boxable_binder<boost::asio::executor_binder<T, Executor>>
-    : std::bool_constant<fits_in_box<T>> {};
+    : std::bool_constant<fits_in_box<T> && !is_strand<Executor>::value> {};
 
 template <class Handler>
 struct boxed_handler {

@@ -62,11 +62,6 @@ inline wait_canceller::~wait_canceller() {
   if (wheel_service* s = service_.load(std::memory_order_acquire)) s->detach_canceller(*this);
 }
 
-template <class T>
-struct is_strand : std::false_type {};
-template <class Inner>
-struct is_strand<boost::asio::strand<Inner>> : std::true_type {};
-
 // Bumped by every wheel's destructor: a thread's cached answer of wheel_service::of() is
 // good only while it has not moved.
 inline std::atomic<std::uint64_t> wheels_destroyed{0};
