@@ -38,7 +38,6 @@ using timer_types = boost::mpl::list<boost::asio::steady_timer>;
 #include <exception>
 #include <functional>
 #include <future>
-#include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -1257,17 +1256,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(token_use_awaitable, Timer, timer_types) {
 // in the order they were started. The handlers hold one pointer and an id, so that twheel
 // keeps the first wait of a timer in the timer (the path under test; the static_asserts
 // say so) and allocates the second, putting a binder back together.
-struct bound_log {
+struct context_log {
   asio::io_context* ctx;
-  std::vector<std::pair<int, error_code>> entries;
+  wait_log log;
   void add(int id, error_code ec) {
     BOOST_TEST(ctx->get_executor().running_in_this_thread());
-    entries.emplace_back(id, ec);
+    log.handler(id)(ec);
   }
 };
 
 struct own_executor_handler {
-  bound_log* log;
+  context_log* log;
   int id;
   using executor_type = asio::io_context::executor_type;
   executor_type get_executor() const noexcept { return log->ctx->get_executor(); }
@@ -1281,10 +1280,10 @@ static_assert(twheel::detail::fits_in_box_if_inline<own_executor_handler>);
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
 BOOST_AUTO_TEST_CASE_TEMPLATE(handlers_bound_to_the_contexts_executor, Timer, timer_types) {
   asio::io_context ctx;
-  bound_log log{&ctx, {}};
+  context_log cl{&ctx, {}};
   auto bound = [&](int id) {
     return asio::bind_executor(ctx.get_executor(),
-                               [l = &log, id](error_code ec) { l->add(id, ec); });
+                               [l = &cl, id](error_code ec) { l->add(id, ec); });
   };
 #if defined(TWHEEL_CONFORMANCE_TWHEEL)
   static_assert(twheel::detail::boxable_binder<decltype(bound(0))>::value);
@@ -1292,29 +1291,23 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(handlers_bound_to_the_contexts_executor, Timer, ti
   Timer a(ctx, 2ms), b(ctx, 1ms), c(ctx, 10s), d(ctx, 10s);
   a.async_wait(bound(1));
   a.async_wait(bound(2));  // behind 1 on the same timer
-  b.async_wait(own_executor_handler{&log, 3});
-  b.async_wait(own_executor_handler{&log, 6});  // behind 3
+  b.async_wait(own_executor_handler{&cl, 3});
+  b.async_wait(own_executor_handler{&cl, 6});  // behind 3
   c.async_wait(bound(4));
-  d.async_wait(own_executor_handler{&log, 5});
-  BOOST_TEST(log.entries.empty());  // never inside the initiating call
+  d.async_wait(own_executor_handler{&cl, 5});
+  BOOST_TEST(cl.log.total() == 0u);  // never inside the initiating call
   BOOST_TEST(c.cancel() == 1u);
   BOOST_TEST(d.expires_after(10s) == 1u);
-  BOOST_TEST(log.entries.empty());  // nor inside the aborting one
+  BOOST_TEST(cl.log.total() == 0u);  // nor inside the aborting one
   auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
-  BOOST_REQUIRE(log.entries.size() == 6u);
-  // The aborted ones first (they were due at once), then by deadline, each timer's waits
-  // in the order they were started.
-  std::map<int, std::size_t> at;
-  for (std::size_t i = 0; i < log.entries.size(); ++i) at[log.entries[i].first] = i;
-  BOOST_REQUIRE(at.size() == 6u);
-  BOOST_TEST(log.entries[at[4]].second == aborted);
-  BOOST_TEST(log.entries[at[5]].second == aborted);
-  for (int id : {1, 2, 3, 6}) BOOST_TEST(!log.entries[at[id]].second);
-  BOOST_TEST(at[3] < at[6]);
-  BOOST_TEST(at[6] < at[1]);
-  BOOST_TEST(at[1] < at[2]);
-  BOOST_TEST(std::max(at[4], at[5]) < at[3]);
+  // The aborted ones first, in the order they were aborted, then by deadline, each
+  // timer's waits in the order they were started.
+  BOOST_TEST(cl.log.order == (std::vector<int>{4, 5, 3, 6, 1, 2}),
+             boost::test_tools::per_element());
+  BOOST_TEST(cl.log.ec(4) == aborted);
+  BOOST_TEST(cl.log.ec(5) == aborted);
+  for (int id : {1, 2, 3, 6}) BOOST_TEST(!cl.log.ec(id));
 }
 
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
