@@ -2125,6 +2125,73 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(associated_allocator_is_used, Timer, timer_types) 
   BOOST_TEST(c.bytes.load() == 0);
 }
 
+// A handler bound to a strand runs in it, and the strand's hand-off is allocated with the
+// handler's allocator too (Asio prefers it on the handler's executor), also when the
+// strand was required never to block.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(strand_bound_handlers_use_their_allocator, Timer, timer_types) {
+  asio::io_context ctx;
+  auto strand = asio::make_strand(ctx);
+  const auto never = asio::require(strand, asio::execution::blocking.never);
+  alloc_counters plain, bound;
+  const counting_allocator<void> plain_alloc(&plain), bound_alloc(&bound);
+  Timer t(ctx, 2ms), u(ctx, 2ms);
+  int calls = 0;
+  bool t_in = false, u_in = false;
+  std::size_t outstanding_in_handler = 99;
+  t.async_wait(asio::bind_executor(strand, asio::bind_allocator(plain_alloc, [&](error_code ec) {
+    ++calls;
+    BOOST_TEST(!ec);
+    t_in = strand.running_in_this_thread();
+    outstanding_in_handler = plain.outstanding();
+  })));
+  u.async_wait(asio::bind_executor(never, asio::bind_allocator(bound_alloc, [&](error_code ec) {
+    ++calls;
+    BOOST_TEST(!ec);
+    u_in = strand.running_in_this_thread();
+  })));
+  auto r = run_ctx(ctx, run_limit);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls == 2);
+  BOOST_TEST(t_in);
+  BOOST_TEST(u_in);
+  // The wait's operation and the strand's: both released before the handler ran.
+  BOOST_TEST(plain.allocs.load() >= 2u);
+  BOOST_TEST(bound.allocs.load() >= 2u);
+  BOOST_TEST(outstanding_in_handler == 0u);
+  BOOST_TEST(plain.outstanding() == 0u);
+  BOOST_TEST(bound.outstanding() == 0u);
+}
+
+// A wait whose handler is bound to a strand of a second context keeps that context busy
+// until the handler has run there: ctx2.run(), started first with nothing else to do,
+// returns only after it.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(strand_of_another_context_counts_as_its_work, Timer,
+                              timer_types) {
+  asio::io_context ctx1, ctx2;
+  auto strand2 = asio::make_strand(ctx2);
+  Timer t(ctx1, 30ms);
+  std::atomic<bool> ran{false}, ran_in_strand{false}, ran_before_return{false};
+  std::atomic<int> ec_value{-1};
+  t.async_wait(asio::bind_executor(strand2, [&](error_code ec) {
+    ec_value = ec.value();
+    ran_in_strand = strand2.running_in_this_thread();
+    ran = true;
+  }));
+  std::thread runner2([&] {
+    ctx2.run();
+    ran_before_return = ran.load();
+  });
+  auto r = run_ctx(ctx1, run_limit);
+  runner2.join();
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(ran.load());
+  BOOST_TEST(ran_in_strand.load());
+  BOOST_TEST(ran_before_return.load(), "ctx2.run() returned before the handler ran");
+  BOOST_TEST(ec_value.load() == 0);
+}
+
 // ---------------------------------------------------------------------------------------
 // Deprecated members. boost::asio::basic_waitable_timer has expires_from_now(),
 // expires_from_now(d), expires_from_now(d, ec), the expires_at() getter,

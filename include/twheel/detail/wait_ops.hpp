@@ -6,14 +6,17 @@
 #include <twheel/detail/op_queue.hpp>
 
 #include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/execution/allocator.hpp>
 #include <boost/asio/execution/blocking.hpp>
 #include <boost/asio/execution/executor.hpp>
 #include <boost/asio/prefer.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 namespace twheel::detail {
@@ -29,6 +32,11 @@ auto op_allocator(const Handler& handler) noexcept {
 template <class Op, class Handler>
 using op_allocator_t = typename std::allocator_traits<decltype(op_allocator(
     std::declval<const Handler&>()))>::template rebind_alloc<Op>;
+
+template <class Handler>
+struct is_executor_binder : std::false_type {};
+template <class T, class Executor>
+struct is_executor_binder<boost::asio::executor_binder<T, Executor>> : std::true_type {};
 
 // Allocates and constructs an Op from the handler; frees the memory if construction throws.
 template <class Op, class Handler, class... Args>
@@ -81,15 +89,45 @@ struct bound_wait_handler {
   void operator()() { std::move(handler)(ec); }
 };
 
+// Whether preferring blocking.possibly and the allocator `Allocator` may leave `Executor`
+// as it is: std::allocator on both sides, and a blocking property to look at.
+template <class Executor, class Allocator, class = void>
+struct has_default_preferences : std::false_type {};
+template <class Executor, class Allocator>
+struct has_default_preferences<
+    Executor, Allocator,
+    std::enable_if_t<boost::asio::can_query<const Executor&,
+                                            boost::asio::execution::blocking_t>::value &&
+                     boost::asio::can_query<const Executor&,
+                                            boost::asio::execution::allocator_t<void>>::value>>
+    : std::bool_constant<
+          std::is_same_v<Allocator, std::allocator<void>> &&
+          std::is_same_v<std::decay_t<typename boost::asio::query_result<
+                             const Executor&, boost::asio::execution::allocator_t<void>>::type>,
+                         std::allocator<void>>> {};
+
 // Runs `f` on `ex`, inline when the caller is already running on it (what dispatch does),
 // the way Asio's own handler_work completes an I/O operation: straight on the handler's
 // executor. dispatch(ex, handler) would wrap a handler that has an associated executor
 // (one bound to a strand) in a work_dispatcher, which goes through the strand a second
 // time and copies the strand (an atomic reference count on a line the threads share)
 // three more times.
+//
+// The preferences are skipped when the executor has them already (the handler has no
+// allocator of its own and the executor allocates with std::allocator and may block, as
+// an io_context's executor and its strands do by default): each would copy the executor,
+// and a strand's copy is an atomic count on a line the threads share, a tracked one a
+// second on the scheduler's work count.
 template <class Executor, class Function, class Allocator>
 void complete_on(const Executor& ex, Function&& f, const Allocator& alloc) {
   if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+    if constexpr (has_default_preferences<Executor, Allocator>::value) {
+      if (boost::asio::query(ex, boost::asio::execution::blocking) ==
+          boost::asio::execution::blocking.possibly) {
+        ex.execute(std::forward<Function>(f));
+        return;
+      }
+    }
     boost::asio::prefer(ex, boost::asio::execution::blocking.possibly,
                         boost::asio::execution::allocator(alloc))
         .execute(std::forward<Function>(f));

@@ -17,6 +17,7 @@
 #include <boost/asio/execution/context.hpp>
 
 #include <type_traits>
+#include <utility>
 
 namespace twheel {
 
@@ -35,6 +36,26 @@ class tracked_work {
   std::decay_t<decltype(boost::asio::prefer(
       std::declval<const Executor&>(), boost::asio::execution::outstanding_work.tracked))>
       ex_;
+};
+
+// A strand counts its work on its inner executor, and is kept untracked: a tracked copy of
+// a strand is one more count of its shared state (an atomic on a line the threads share)
+// on top of the work count, and completing on it would copy it again (see complete_on).
+template <class Inner>
+class tracked_work<boost::asio::strand<Inner>,
+                   std::enable_if_t<boost::asio::execution::is_executor<Inner>::value>> {
+ public:
+  explicit tracked_work(boost::asio::strand<Inner> ex)
+      : work_(boost::asio::prefer(ex.get_inner_executor(),
+                                  boost::asio::execution::outstanding_work.tracked)),
+        ex_(std::move(ex)) {}
+  const boost::asio::strand<Inner>& executor() const noexcept { return ex_; }
+
+ private:
+  std::decay_t<decltype(boost::asio::prefer(
+      std::declval<const Inner&>(), boost::asio::execution::outstanding_work.tracked))>
+      work_;
+  boost::asio::strand<Inner> ex_;
 };
 
 // Networking-TS style executors (e.g. io_context::strand) count work with a guard.
@@ -185,15 +206,22 @@ template <class Handler, class IoExecutor, class Slot>
 void wheel_service::start_allocated_wait(detail::timer_state& timer,
                                          clock_type::time_point deadline, Handler& handler,
                                          const IoExecutor& io_ex, Slot& slot) {
-  const auto ex = boost::asio::get_associated_executor(handler, io_ex);
-  using executor_t = std::decay_t<decltype(ex)>;
+  auto ex = boost::asio::get_associated_executor(handler, io_ex);
+  using executor_t = decltype(ex);
 
   detail::wait_op* op;
   if (runs_inline(ex)) {
     op = detail::make_op<detail::inline_wait_op<Handler>>(handler);
+  } else if constexpr (detail::is_executor_binder<Handler>::value) {
+    // bind_executor(ex, h): h is kept and run on ex, which is all the binder does. Moving
+    // the binder would copy its executor each time (executor_binder's move constructor
+    // copies it), and a strand's copy is an atomic count on a line the threads share.
+    using target = typename Handler::target_type;
+    op = detail::make_op<detail::dispatch_wait_op<target, detail::tracked_work<executor_t>>>(
+        handler.get(), detail::tracked_work<executor_t>(std::move(ex)));
   } else {
     op = detail::make_op<detail::dispatch_wait_op<Handler, detail::tracked_work<executor_t>>>(
-        handler, detail::tracked_work<executor_t>(ex));
+        handler, detail::tracked_work<executor_t>(std::move(ex)));
   }
 
   detail::wait_canceller* canceller = nullptr;
