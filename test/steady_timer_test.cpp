@@ -2127,17 +2127,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(associated_allocator_is_used, Timer, timer_types) 
 
 // A handler bound to a strand runs in it, and the strand's hand-off is allocated with the
 // handler's allocator too (Asio prefers it on the handler's executor), also when the
-// strand was required never to block.
+// strand was required never to block. A timer made on the strand runs its handlers there.
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
 BOOST_AUTO_TEST_CASE_TEMPLATE(strand_bound_handlers_use_their_allocator, Timer, timer_types) {
   asio::io_context ctx;
   auto strand = asio::make_strand(ctx);
   const auto never = asio::require(strand, asio::execution::blocking.never);
-  alloc_counters plain, bound;
-  const counting_allocator<void> plain_alloc(&plain), bound_alloc(&bound);
-  Timer t(ctx, 2ms), u(ctx, 2ms);
+  alloc_counters plain, bound, own;
+  const counting_allocator<void> plain_alloc(&plain), bound_alloc(&bound), own_alloc(&own);
+  Timer t(ctx, 2ms), u(ctx, 2ms), v(strand, 2ms);
   int calls = 0;
-  bool t_in = false, u_in = false;
+  bool t_in = false, u_in = false, v_in = false;
   std::size_t outstanding_in_handler = 99;
   t.async_wait(asio::bind_executor(strand, asio::bind_allocator(plain_alloc, [&](error_code ec) {
     ++calls;
@@ -2150,17 +2150,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(strand_bound_handlers_use_their_allocator, Timer, 
     BOOST_TEST(!ec);
     u_in = strand.running_in_this_thread();
   })));
+  v.async_wait(asio::bind_allocator(own_alloc, [&](error_code ec) {
+    ++calls;
+    BOOST_TEST(!ec);
+    v_in = strand.running_in_this_thread();
+  }));
   auto r = run_ctx(ctx, run_limit);
   BOOST_TEST(!r.timed_out);
-  BOOST_TEST(calls == 2);
+  BOOST_TEST(calls == 3);
   BOOST_TEST(t_in);
   BOOST_TEST(u_in);
+  BOOST_TEST(v_in);
   // The wait's operation and the strand's: both released before the handler ran.
   BOOST_TEST(plain.allocs.load() >= 2u);
   BOOST_TEST(bound.allocs.load() >= 2u);
+  // Asio completes through its any_io_executor, which has no allocator to prefer, so the
+  // strand allocates its hand-off with its own; twheel completes on the strand itself.
+  BOOST_TEST(own.allocs.load() >= 1u);
   BOOST_TEST(outstanding_in_handler == 0u);
   BOOST_TEST(plain.outstanding() == 0u);
   BOOST_TEST(bound.outstanding() == 0u);
+  BOOST_TEST(own.outstanding() == 0u);
 }
 
 // A wait whose handler is bound to a strand of a second context keeps that context busy

@@ -247,6 +247,9 @@ class wheel_service : public boost::asio::execution_context::service {
   template <class Handler, class IoExecutor, class Slot>
   void start_allocated_wait(detail::timer_state& timer, clock_type::time_point deadline,
                             Handler& handler, const IoExecutor& io_ex, Slot& slot);
+  // The operation of a wait whose handler runs on `ex` (its associated executor).
+  template <class Handler, class Executor>
+  detail::wait_op* make_wait_op(Handler& handler, Executor&& ex);
 
   // Waits settled under the lock, to be handed to the context in one batch.
   struct settled {

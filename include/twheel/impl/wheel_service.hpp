@@ -206,22 +206,13 @@ template <class Handler, class IoExecutor, class Slot>
 void wheel_service::start_allocated_wait(detail::timer_state& timer,
                                          clock_type::time_point deadline, Handler& handler,
                                          const IoExecutor& io_ex, Slot& slot) {
-  auto ex = boost::asio::get_associated_executor(handler, io_ex);
-  using executor_t = decltype(ex);
-
+  // A handler without an executor of its own runs on the timer's: used as it is, not
+  // copied (a copy of a strand is an atomic count on a line the threads share).
   detail::wait_op* op;
-  if (runs_inline(ex)) {
-    op = detail::make_op<detail::inline_wait_op<Handler>>(handler);
-  } else if constexpr (detail::is_executor_binder<Handler>::value) {
-    // bind_executor(ex, h): h is kept and run on ex, which is all the binder does. Moving
-    // the binder would copy its executor each time (executor_binder's move constructor
-    // copies it), and a strand's copy is an atomic count on a line the threads share.
-    using target = typename Handler::target_type;
-    op = detail::make_op<detail::dispatch_wait_op<target, detail::tracked_work<executor_t>>>(
-        handler.get(), detail::tracked_work<executor_t>(std::move(ex)));
+  if constexpr (detail::has_own_executor<Handler>) {
+    op = make_wait_op(handler, boost::asio::get_associated_executor(handler, io_ex));
   } else {
-    op = detail::make_op<detail::dispatch_wait_op<Handler, detail::tracked_work<executor_t>>>(
-        handler, detail::tracked_work<executor_t>(std::move(ex)));
+    op = make_wait_op(handler, io_ex);
   }
 
   detail::wait_canceller* canceller = nullptr;
@@ -235,6 +226,31 @@ void wheel_service::start_allocated_wait(detail::timer_state& timer,
     if (canceller) slot.clear();
     op->destroy();
     throw;
+  }
+}
+
+template <class Handler, class Executor>
+detail::wait_op* wheel_service::make_wait_op(Handler& handler, Executor&& ex) {
+  using executor_t = std::decay_t<Executor>;
+  using io_strand = boost::asio::strand<boost::asio::io_context::executor_type>;
+  if constexpr (detail::is_executor_binder<Handler>::value) {
+    // bind_executor(ex, h): h is kept and run on ex, which is all the binder does. Moving
+    // the binder would copy its executor each time (executor_binder's move constructor
+    // copies it), and a strand's copy is an atomic count on a line the threads share.
+    return make_wait_op(handler.get(), std::forward<Executor>(ex));
+  } else {
+    if (runs_inline(ex)) return detail::make_op<detail::inline_wait_op<Handler>>(handler);
+    if constexpr (std::is_same_v<executor_t, boost::asio::any_io_executor>) {
+      // A strand of an io_context behind any_io_executor (a timer made on make_strand(ctx)):
+      // completed on the strand itself, as one copy of it, instead of through the
+      // polymorphic wrapper's preferences, each a copy.
+      if (const auto* s = ex.template target<io_strand>()) {
+        return detail::make_op<detail::dispatch_wait_op<Handler, detail::tracked_work<io_strand>>>(
+            handler, detail::tracked_work<io_strand>(*s));
+      }
+    }
+    return detail::make_op<detail::dispatch_wait_op<Handler, detail::tracked_work<executor_t>>>(
+        handler, detail::tracked_work<executor_t>(std::forward<Executor>(ex)));
   }
 }
 
