@@ -8,7 +8,6 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/execution/allocator.hpp>
-#include <boost/asio/execution/blocking.hpp>
 #include <boost/asio/execution/executor.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/query.hpp>
@@ -89,16 +88,13 @@ struct bound_wait_handler {
   void operator()() { std::move(handler)(ec); }
 };
 
-// Whether preferring blocking.possibly and the allocator `Allocator` may leave `Executor`
-// as it is: std::allocator on both sides, and a blocking property to look at.
+// Whether `Executor` already allocates with `Allocator`: std::allocator on both sides.
 template <class Executor, class Allocator, class = void>
-struct has_default_preferences : std::false_type {};
+struct allocates_with_default : std::false_type {};
 template <class Executor, class Allocator>
-struct has_default_preferences<
+struct allocates_with_default<
     Executor, Allocator,
     std::enable_if_t<boost::asio::can_query<const Executor&,
-                                            boost::asio::execution::blocking_t>::value &&
-                     boost::asio::can_query<const Executor&,
                                             boost::asio::execution::allocator_t<void>>::value>>
     : std::bool_constant<
           std::is_same_v<Allocator, std::allocator<void>> &&
@@ -106,31 +102,27 @@ struct has_default_preferences<
                              const Executor&, boost::asio::execution::allocator_t<void>>::type>,
                          std::allocator<void>>> {};
 
-// Runs `f` on `ex`, inline when the caller is already running on it (what dispatch does),
-// the way Asio's own handler_work completes an I/O operation: straight on the handler's
-// executor. dispatch(ex, handler) would wrap a handler that has an associated executor
-// (one bound to a strand) in a work_dispatcher, which goes through the strand a second
-// time and copies the strand (an atomic reference count on a line the threads share)
-// three more times.
+// Runs `f` on `ex` the way Asio's handler_work completes an I/O operation: straight on the
+// handler's executor, as it is (inline where it may block and the caller runs on it, posted
+// where it was required never to block), with the handler's allocator preferred.
+// dispatch(ex, handler) would wrap a handler that has an associated executor (one bound to
+// a strand) in a work_dispatcher, which goes through the strand a second time and copies
+// the strand (an atomic reference count on a line the threads share) three more times.
 //
-// The preferences are skipped when the executor has them already (the handler has no
-// allocator of its own and the executor allocates with std::allocator and may block, as
-// an io_context's executor and its strands do by default): each would copy the executor,
-// and a strand's copy is an atomic count on a line the threads share, a tracked one a
-// second on the scheduler's work count.
+// The allocator is not preferred when the executor has it already (the handler has none
+// of its own, and the executor uses std::allocator, as an io_context's executor and its
+// strands do by default): the preference would copy the executor, a strand's copy being
+// an atomic count on a line the threads share, and a tracked one a second on the
+// scheduler's work count.
 template <class Executor, class Function, class Allocator>
 void complete_on(const Executor& ex, Function&& f, const Allocator& alloc) {
   if constexpr (boost::asio::execution::is_executor<Executor>::value) {
-    if constexpr (has_default_preferences<Executor, Allocator>::value) {
-      if (boost::asio::query(ex, boost::asio::execution::blocking) ==
-          boost::asio::execution::blocking.possibly) {
-        ex.execute(std::forward<Function>(f));
-        return;
-      }
+    if constexpr (allocates_with_default<Executor, Allocator>::value) {
+      ex.execute(std::forward<Function>(f));
+    } else {
+      boost::asio::prefer(ex, boost::asio::execution::allocator(alloc))
+          .execute(std::forward<Function>(f));
     }
-    boost::asio::prefer(ex, boost::asio::execution::blocking.possibly,
-                        boost::asio::execution::allocator(alloc))
-        .execute(std::forward<Function>(f));
   } else {
     ex.dispatch(std::forward<Function>(f), alloc);  // a Networking TS executor
   }
