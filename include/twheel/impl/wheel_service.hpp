@@ -38,9 +38,9 @@ class tracked_work {
       ex_;
 };
 
-// A strand counts its work on its inner executor, and is kept untracked: a tracked copy of
-// a strand is one more count of its shared state (an atomic on a line the threads share)
-// on top of the work count, and completing on it would copy it again (see complete_on).
+// A strand counts its work on its inner executor, and is kept untracked: preferring
+// outstanding_work.tracked on a strand copies it, one more count of its shared state (an
+// atomic on a line the threads share) on top of the inner executor's work count.
 template <class Inner>
 class tracked_work<boost::asio::strand<Inner>,
                    std::enable_if_t<boost::asio::execution::is_executor<Inner>::value>> {
