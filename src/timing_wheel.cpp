@@ -87,6 +87,17 @@ std::uint64_t timing_wheel::file(wheel_entry& entry) noexcept {
     entry.where_ = detail::where_due;
     return elapsed_;
   }
+  const placement at = place(deadline);
+  if (!at.staged) return file_at(at.level, at.tick, entry);
+  const auto slot = static_cast<unsigned>((deadline >> (detail::slot_bits * at.level)) &
+                                          detail::slot_mask);
+  staged_.push(slot, entry, deadline);
+  entry.where_ = static_cast<std::uint16_t>(at.level * detail::slots_per_level + slot);
+  // next_expiry() already stops at early_from_ for the staged entries.
+  return early_from_;
+}
+
+timing_wheel::placement timing_wheel::place(std::uint64_t deadline) const noexcept {
   // Park deadlines beyond the top level's reach inside it: the slot then comes due no
   // later than the deadline, and the entry is re-filed from there.
   const std::uint64_t reach = (std::uint64_t{1} << (detail::slot_bits * levels_)) - 1;
@@ -98,20 +109,20 @@ std::uint64_t timing_wheel::file(wheel_entry& entry) noexcept {
   // entries went, one level down (else it would be found only a rotation later).
   if (level == early_level_ && elapsed_ < early_start_ &&
       (filed >> (detail::slot_bits * level)) == (early_start_ >> (detail::slot_bits * level))) {
-    return file_early(entry);
+    return placement{early_level_ - 1, deadline, staged_pending_};
   }
-  return file_at(level, filed, entry);
+  return placement{level, filed, false};
 }
 
-std::uint64_t timing_wheel::file_early(wheel_entry& entry) noexcept {
-  const unsigned level = early_level_ - 1;
-  if (!staged_pending_) return file_at(level, entry.deadline_, entry);
-  const auto slot = static_cast<unsigned>((entry.deadline_ >> (detail::slot_bits * level)) &
-                                          detail::slot_mask);
-  staged_.push(slot, entry, entry.deadline_);
-  entry.where_ = static_cast<std::uint16_t>(level * detail::slots_per_level + slot);
-  // next_expiry() already stops at early_from_ for the staged entries.
-  return early_from_;
+bool timing_wheel::file_whole(slot_list& lane, std::uint64_t deadline,
+                              std::uint32_t filed) noexcept {
+  if (deadline <= elapsed_) return false;  // due: detached one by one
+  const placement at = place(deadline);
+  const unsigned shift = detail::slot_bits * at.level;
+  const auto slot = static_cast<unsigned>((at.tick >> shift) & detail::slot_mask);
+  (at.staged ? staged_ : wheel_[at.level]).push_lane(slot, lane, deadline, filed);
+  ++counters_.moved_whole;
+  return true;
 }
 
 bool timing_wheel::stop_at_join_point(std::uint64_t next) noexcept {
@@ -133,8 +144,10 @@ void timing_wheel::join_staged() noexcept {
   }
 }
 
-std::uint64_t timing_wheel::file_at(unsigned level, std::uint64_t tick,
-                                     wheel_entry& entry) noexcept {
+// Inlined into file() (insert()'s path) as it was before file() had two callers of it.
+[[gnu::always_inline]] inline std::uint64_t timing_wheel::file_at(unsigned level,
+                                                                  std::uint64_t tick,
+                                                                  wheel_entry& entry) noexcept {
   const unsigned shift = detail::slot_bits * level;
   const auto slot = static_cast<unsigned>((tick >> shift) & detail::slot_mask);
   const bool crowded = wheel_[level].push(slot, entry, entry.deadline_);
@@ -243,20 +256,18 @@ std::optional<timing_wheel::early_ref> timing_wheel::early_candidate() const noe
 }
 
 void timing_wheel::cascade_early(wheel_entry& entry) noexcept {
-  const unsigned shift = detail::slot_bits * (early_level_ - 1);
-  const std::uint64_t deadline = entry.deadline_;
+  // Inside the slot's range, file() puts it where the walked entries go; moved later than
+  // the slot since it was filed, where any entry goes.
   ++counters_.cascaded;
-  if (deadline < early_start_ ||
-      deadline - early_start_ >= (std::uint64_t{1} << (shift + detail::slot_bits))) {
-    // Moved later than the slot since it was filed: filed as any entry is.
-    entry.where_ = detail::where_idle;
-    file(entry);
-    return;
-  }
-  file_early(entry);
+  entry.where_ = detail::where_idle;
+  file(entry);
 }
 
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
+  // A slot that got entries moved whole, and lost them all to remove(), stays marked
+  // occupied (they name the slot they came from): taking it costs a wake-up, not an
+  // answer when nothing is pending.
+  if (size_ == 0) return std::nullopt;
   // A crowded slot to cascade early is begun at once: the sooner, the more idle time the
   // walk can use.
   if (has_due() || early_candidate()) return from_tick(elapsed_);
@@ -293,6 +304,34 @@ std::optional<timing_wheel::duration> timing_wheel::next_fine_slot_after(
   if (later == 0) return std::nullopt;
   return from_tick(tick + 1 + detail::ctz64(later));
 }
+
+// A slot about to be taken, and whether it may be moved whole: crowded and uniform (see
+// wheel_level::uniform), its entries are then one lane, re-filed in one splice instead
+// of a walk. Only crowded ones: entries moved whole keep naming the slot they came from,
+// so a slot they all leave by remove() stays marked occupied and costs a wake-up; a
+// sparse slot's walk is short, and its removals then keep the bitmap exact.
+struct timing_wheel::whole_slot {
+  bool whole;
+  std::uint64_t deadline;
+  std::uint32_t filed;
+
+  static whole_slot of(const detail::wheel_level<wheel_entry>& level, unsigned slot) noexcept {
+    return whole_slot{level.uniform(slot) && level.crowded(slot), level.earliest(slot),
+                      level.filed(slot)};
+  }
+
+  // After the take into `lanes` (`mask`: the lanes that got entries): moves them on and
+  // clears `mask` if it can. False if they must be walked (due, or emptied).
+  bool moved(timing_wheel& wheel, detail::slot_lanes<wheel_entry>& lanes,
+             unsigned& mask) const noexcept {
+    const unsigned lane = detail::lane_of(deadline);
+    if (!whole || mask != 1u << lane || !wheel.file_whole(lanes[lane], deadline, filed)) {
+      return false;
+    }
+    mask = 0;
+    return true;
+  }
+};
 
 namespace {
 
@@ -363,8 +402,10 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     if (slot && slot->start <= target && (early_mask_ == 0 || slot->start < early_start_)) {
       if (stop_at_join_point(slot->start)) continue;
       elapsed_ = slot->start;
+      const whole_slot whole = whole_slot::of(wheel_[slot->level], slot->slot);
       taken_mask_ |= wheel_[slot->level].take(slot->slot, taken_);
       join_staged();  // after the take: the staged entries are not due yet
+      if (whole.moved(*this, taken_, taken_mask_)) ++examined;
       continue;
     }
     if (early_mask_ != 0) {
@@ -384,12 +425,14 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     join_staged();  // a join point at `target` itself: its slot is empty
     const auto early = early_candidate();
     if (!early) break;
+    const whole_slot whole = whole_slot::of(wheel_[early->level], early->slot);
     early_mask_ = wheel_[early->level].take(early->slot, early_);
     early_level_ = early->level;
     early_start_ = early->start;
     early_from_ = early->from;
     staged_pending_ = elapsed_ < early_from_;
     ++counters_.cascaded_early;
+    if (whole.moved(*this, early_, early_mask_)) ++examined;
   }
   return detached;
 }

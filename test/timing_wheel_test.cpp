@@ -1595,6 +1595,60 @@ BOOST_AUTO_TEST_CASE(insert_reports_how_far_next_expiry_may_have_moved) {
   BOOST_TEST(to_now > 1000u);
 }
 
+// A crowded slot whose entries were all filed with one deadline tick (a burst) is
+// re-filed as one list, not entry by entry: from level 2 into the staging of its early
+// cascade, and from level 1 into level 0. Entries moved later in place go along and are
+// re-checked when their slot comes due; entries removed on the way leave; the rest fire
+// at the deadline, in filing order, none early.
+BOOST_AUTO_TEST_CASE(a_burst_is_moved_whole_from_level_to_level) {
+  const std::size_t n = 2000;  // crowded (twheel::detail::crowded_slot is 1024)
+  auto items = make_items(n);
+  harness h;  // 1 ms tick: 5000 ms is in level 2's slot [4096 ms, 8192 ms)
+  for (auto& e : items) h.insert(e, 5000ms);
+  BOOST_TEST(h.advance(0ms).empty());  // the early cascade, into the staging
+  BOOST_TEST(h.wheel.counters().cascaded_early == 1u);
+  BOOST_TEST(h.wheel.counters().moved_whole == 1u);
+  BOOST_TEST(h.wheel.counters().cascaded == 0u);
+  h.reschedule(items[0], 5003ms);  // later, in place
+  h.reschedule(items[1], 9000ms);  // later, beyond the slot
+  BOOST_TEST(h.remove(items[2]));
+  // Level 1's slot [4992 ms, 5056 ms), crowded, is taken at its start: into level 0.
+  BOOST_TEST(h.advance(5000ms - ns(1)).empty());
+  BOOST_TEST(h.wheel.counters().moved_whole == 2u);
+  BOOST_TEST(h.wheel.counters().cascaded == 0u);
+  BOOST_TEST(h.remove(items[3]));  // from where it was moved to
+  const auto got = h.advance_ids(5000ms);
+  BOOST_TEST(got.size() == n - 4);
+  BOOST_TEST(std::is_sorted(got.begin(), got.end()));  // filing order
+  BOOST_TEST(got.front() == 4);
+  BOOST_TEST(h.wheel.counters().cascaded == 2u);  // the two moved later, re-filed
+  BOOST_TEST(h.advance_ids(5003ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(5003ms) == std::vector<int>{0});
+  BOOST_TEST(h.advance_ids(9000ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(9000ms) == std::vector<int>{1});
+  BOOST_TEST(h.wheel.empty());
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+}
+
+// Entries moved whole keep naming the slot they came from, so removing every one of them
+// cannot clear the bit of the slot they went to: the wheel still reports nothing pending,
+// and a later entry fires as it would have.
+BOOST_AUTO_TEST_CASE(removing_a_burst_moved_whole_leaves_nothing_pending) {
+  const std::size_t n = twheel::detail::crowded_slot;
+  auto items = make_items(n + 1);
+  harness h;  // 1 ms tick: level 1's slot [64 ms, 128 ms)
+  for (std::size_t i = 0; i < n; ++i) h.insert(items[i], 100ms);
+  BOOST_TEST(h.advance(64ms).empty());  // crowded: taken at its start, moved to level 0
+  BOOST_TEST(h.wheel.counters().moved_whole == 1u);
+  for (std::size_t i = 0; i < n; ++i) BOOST_TEST(h.remove(items[i]));
+  BOOST_TEST(h.wheel.empty());
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+  h.insert(items[n], 150ms);
+  BOOST_TEST(h.advance_ids(150ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(150ms) == std::vector<int>{static_cast<int>(n)});
+  BOOST_TEST(h.wheel.counters().cascaded == 1u);  // from level 1 to 0, one by one
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------

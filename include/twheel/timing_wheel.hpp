@@ -175,8 +175,11 @@ struct wheel_counters {
   std::uint64_t inserted = 0;   ///< entries filed by insert()
   std::uint64_t removed = 0;    ///< pending entries taken out by remove()
   std::uint64_t expired = 0;    ///< entries detached by advance()
-  std::uint64_t cascaded = 0;   ///< entries re-filed because their slot came due early
+  std::uint64_t cascaded = 0;   ///< entries re-filed one by one because their slot came due early
   std::uint64_t cascaded_early = 0;  ///< crowded slots cascaded before their start
+  /// Slots re-filed whole, as one list, because every entry in them had one deadline tick
+  /// (their entries are not counted in `cascaded`).
+  std::uint64_t moved_whole = 0;
 };
 
 /// A hierarchical timing wheel. Times are nanoseconds since an origin the owner picks.
@@ -319,9 +322,20 @@ class timing_wheel {
   std::optional<early_ref> early_candidate() const noexcept;
   // Moves one entry of early_ on to level early_level_ - 1 (or re-files it).
   void cascade_early(wheel_entry& entry) noexcept;
-  // Files an entry due inside the slot cascaded early where its walked entries go; returns
-  // as file().
-  std::uint64_t file_early(wheel_entry& entry) noexcept;
+  // Where file() puts an entry due at `deadline` (after the current tick): the level and
+  // the tick that picks its slot there, and whether it waits in staged_ instead.
+  struct placement {
+    unsigned level;
+    std::uint64_t tick;
+    bool staged;
+  };
+  placement place(std::uint64_t deadline) const noexcept;
+  // Files every entry of `lane` (a uniform slot's, filed with deadline tick `deadline`;
+  // `filed` of them) as file() would file each, in one splice. Their where_ keeps naming
+  // the slot they came from, as a taken entry's does (see remove()). False, with nothing
+  // done, if they are due.
+  bool file_whole(slot_list& lane, std::uint64_t deadline, std::uint32_t filed) noexcept;
+  struct whole_slot;
   // From early_from_ on, staged_ joins its level.
   void join_staged() noexcept;
   // The wheel's time is about to move to `next` (a slot's start, or advance()'s target):
@@ -353,7 +367,8 @@ class timing_wheel {
                                    // while the wheel's time is before it)
   std::uint64_t early_from_ = 0;   // ... and the start of the last level-below slot before it
   // Entries of the slot cascaded early, by their slot of the level below, while the wheel's
-  // time is before early_from_. They name that slot already (where_), so remove() works.
+  // time is before early_from_. Walked ones name that slot already (where_); ones moved
+  // whole name the slot they came from. Unlinking needs neither, so remove() works.
   detail::wheel_level<wheel_entry> staged_;
   bool staged_pending_ = false;  // staged_ is not merged into its level yet
   wheel_counters counters_;

@@ -67,7 +67,8 @@ struct wheel_stats {
   std::uint64_t fired = 0;       ///< waits completed because their timer expired
   std::uint64_t cancelled = 0;   ///< waits completed with operation_aborted
   std::uint64_t rejected = 0;    ///< waits refused with no_buffer_space (max_pending)
-  std::uint64_t cascaded = 0;    ///< wheel entries re-filed to a finer level
+  std::uint64_t cascaded = 0;    ///< wheel entries re-filed to a finer level one by one
+                                 ///< (a crowded slot of one deadline tick moves whole, uncounted)
   std::uint64_t wakeups = 0;     ///< driver passes (expired internal timer or posted pass)
 };
 

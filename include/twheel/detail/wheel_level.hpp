@@ -68,9 +68,18 @@ class wheel_level {
   // true if this entry made the slot crowded.
   bool push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
     slots_[slot][lane_of(deadline)].push_back(e);
-    occupied_ |= std::uint64_t{1} << slot;
-    if (deadline < earliest_[slot]) earliest_[slot] = deadline;
+    note_deadline(slot, deadline);
     return ++filed_[slot] == crowded_slot;
+  }
+
+  // Moves every entry of `lane` (each filed with deadline tick `deadline`, lazily moved
+  // later since or not) to the back of its lane in `slot`; `filed` is their count (a hint).
+  void push_lane(unsigned slot, slot_list<Entry>& lane, std::uint64_t deadline,
+                 std::uint32_t filed) noexcept {
+    auto& to = slots_[slot][lane_of(deadline)];
+    to.splice(to.end(), lane);
+    note_deadline(slot, deadline);
+    filed_[slot] += filed;
   }
 
   // Call after an entry of `slot` was unlinked without the list: keeps the bit honest.
@@ -81,6 +90,7 @@ class wheel_level {
     if (filed_[slot] != 0) --filed_[slot];
     if (all_empty(slots_[slot])) {
       occupied_ &= ~(std::uint64_t{1} << slot);
+      mixed_ &= ~(std::uint64_t{1} << slot);
       earliest_[slot] = none;
       filed_[slot] = 0;
     }
@@ -97,6 +107,7 @@ class wheel_level {
       taken |= 1u << lane;
     }
     occupied_ &= ~(std::uint64_t{1} << slot);
+    mixed_ &= ~(std::uint64_t{1} << slot);
     earliest_[slot] = none;
     filed_[slot] = 0;
     return taken;
@@ -109,9 +120,10 @@ class wheel_level {
       const unsigned slot = ctz64(todo);
       const std::uint64_t earliest = other.earliest_[slot];
       const std::uint32_t filed = other.filed_[slot];
+      const bool mixed = !other.uniform(slot);
       if (other.take(slot, slots_[slot]) == 0) continue;  // emptied by removals
-      occupied_ |= std::uint64_t{1} << slot;
-      if (earliest < earliest_[slot]) earliest_[slot] = earliest;
+      if (mixed) mixed_ |= std::uint64_t{1} << slot;
+      note_deadline(slot, earliest);
       filed_[slot] += filed;
     }
   }
@@ -139,11 +151,27 @@ class wheel_level {
 
   // About how many entries `slot` holds (see after_unlink()).
   bool crowded(unsigned slot) const noexcept { return filed_[slot] >= crowded_slot; }
+  std::uint32_t filed(unsigned slot) const noexcept { return filed_[slot]; }
+
+  // Every entry of occupied `slot` was filed with deadline tick earliest(slot) (a
+  // burst's timers, armed for one instant): they are all in one lane, and the slot can be
+  // re-filed as one list instead of entry by entry. Removals keep a slot uniform, and
+  // a deadline moved later (lazily, in place) is re-checked when its slot comes due.
+  bool uniform(unsigned slot) const noexcept { return (mixed_ >> slot & 1u) == 0; }
 
  private:
   static constexpr std::uint64_t none = std::numeric_limits<std::uint64_t>::max();
 
+  // Marks `slot` occupied and, when it already held another deadline tick, mixed.
+  void note_deadline(unsigned slot, std::uint64_t deadline) noexcept {
+    const std::uint64_t bit = std::uint64_t{1} << slot;
+    if ((occupied_ & bit) != 0 && deadline != earliest_[slot]) mixed_ |= bit;
+    occupied_ |= bit;
+    if (deadline < earliest_[slot]) earliest_[slot] = deadline;
+  }
+
   std::uint64_t occupied_ = 0;
+  std::uint64_t mixed_ = 0;  // occupied slots holding more than one deadline tick
   std::array<slot_lanes<Entry>, slots_per_level> slots_;
   std::array<std::uint64_t, slots_per_level> earliest_;
   std::array<std::uint32_t, slots_per_level> filed_{};
