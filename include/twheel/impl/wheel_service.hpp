@@ -156,18 +156,20 @@ void wheel_service::async_wait(detail::timer_state& timer, clock_type::time_poin
                                Handler& handler, const IoExecutor& io_ex) {
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
   auto allocated = [&](Handler& h) { start_allocated_wait(timer, deadline, h, io_ex, slot); };
+  // A wait with a cancellation slot keeps an operation the slot's handler can point to.
+  const bool boxable = timer.boxable && !slot.is_connected();
 
   if constexpr (detail::fits_in_box<Handler>) {
     // The fast path: no allocation, no executor copied or compared (the timer decided once
     // that its executor is the wheel's).
-    if (timer.boxable && !slot.is_connected()) {
+    if (boxable) {
       start_in_box(timer, deadline, handler, allocated);
       return;
     }
   } else if constexpr (detail::boxable_binder<Handler>::value) {
     // bind_executor(ex, h): one executor compare instead of an allocation when `ex` is the
     // wheel's. Should the timer already have a wait, the binder is put back together.
-    if (timer.boxable && !slot.is_connected() && runs_inline(handler.get_executor())) {
+    if (boxable && runs_inline(handler.get_executor())) {
       using target = typename Handler::target_type;
       start_in_box(timer, deadline, handler.get(), [&](target& h) {
         Handler rebound(boost::asio::executor_arg, handler.get_executor(), std::move(h));
@@ -176,8 +178,7 @@ void wheel_service::async_wait(detail::timer_state& timer, clock_type::time_poin
       return;
     }
   } else if constexpr (detail::fits_in_box_if_inline<Handler>) {
-    if (timer.boxable && !slot.is_connected() &&
-        runs_inline(boost::asio::get_associated_executor(handler, io_ex))) {
+    if (boxable && runs_inline(boost::asio::get_associated_executor(handler, io_ex))) {
       start_in_box(timer, deadline, handler, allocated);
       return;
     }
