@@ -88,13 +88,14 @@ std::uint64_t timing_wheel::file(wheel_entry& entry) noexcept {
     return elapsed_;
   }
   const placement at = place(deadline);
-  if (!at.staged) return file_at(at.level, at.tick, entry);
-  const auto slot = static_cast<unsigned>((deadline >> (detail::slot_bits * at.level)) &
-                                          detail::slot_mask);
-  staged_.push(slot, entry, deadline);
+  const unsigned shift = detail::slot_bits * at.level;
+  const auto slot = static_cast<unsigned>((at.tick >> shift) & detail::slot_mask);
+  const bool crowded = (at.staged ? staged_ : wheel_[at.level]).push(slot, entry, deadline);
   entry.where_ = static_cast<std::uint16_t>(at.level * detail::slots_per_level + slot);
   // next_expiry() already stops at early_from_ for the staged entries.
-  return early_from_;
+  if (at.staged) return early_from_;
+  // A slot that just became crowded may be due for an early cascade now.
+  return crowded ? elapsed_ : (at.tick >> shift) << shift;
 }
 
 timing_wheel::placement timing_wheel::place(std::uint64_t deadline) const noexcept {
@@ -142,18 +143,6 @@ void timing_wheel::join_staged() noexcept {
     wheel_[early_level_ - 1].merge(staged_);
     staged_pending_ = false;
   }
-}
-
-// Inlined into file() (insert()'s path) as it was before file() had two callers of it.
-[[gnu::always_inline]] inline std::uint64_t timing_wheel::file_at(unsigned level,
-                                                                  std::uint64_t tick,
-                                                                  wheel_entry& entry) noexcept {
-  const unsigned shift = detail::slot_bits * level;
-  const auto slot = static_cast<unsigned>((tick >> shift) & detail::slot_mask);
-  const bool crowded = wheel_[level].push(slot, entry, entry.deadline_);
-  entry.where_ = static_cast<std::uint16_t>(level * detail::slots_per_level + slot);
-  // A slot that just became crowded may be due for an early cascade now.
-  return crowded ? elapsed_ : (tick >> shift) << shift;
 }
 
 timing_wheel::duration timing_wheel::insert(wheel_entry& entry, duration deadline) noexcept {
@@ -210,7 +199,9 @@ std::optional<timing_wheel::slot_ref> timing_wheel::next_slot() const noexcept {
   // Entries of a finer level lie inside the current slot of every coarser level, so the
   // first non-empty level holds the earliest slot.
   for (unsigned level = 0; level < levels_; ++level) {
-    const auto& lv = wheel_[level];
+    // Not const: a slot marked occupied that holds nothing (its entries were moved into it
+    // whole, then removed) is unmarked on the way; that changes no answer.
+    auto& lv = wheel_[level];
     if (lv.empty()) continue;
     const unsigned shift = detail::slot_bits * level;
     const std::uint64_t slot_span = std::uint64_t{1} << shift;
@@ -218,9 +209,17 @@ std::optional<timing_wheel::slot_ref> timing_wheel::next_slot() const noexcept {
     const auto current = static_cast<unsigned>((elapsed_ >> shift) & detail::slot_mask);
     // Search from the slot after the current one: only the top level (a ring) can hold
     // entries in the current slot or behind it, and those are a rotation ahead.
-    const unsigned ahead = current + 1 + lv.distance_to_next((current + 1) % detail::slots_per_level);
-    const std::uint64_t start = (elapsed_ & ~(level_span - 1)) + ahead * slot_span;
-    return slot_ref{level, ahead % detail::slots_per_level, start};
+    std::uint64_t occupied = lv.occupied();
+    while (occupied != 0) {
+      const unsigned ahead =
+          current + 1 +
+          detail::distance_to_next(occupied, (current + 1) % detail::slots_per_level);
+      const unsigned slot = ahead % detail::slots_per_level;
+      if (!lv.drop_if_emptied(slot)) {
+        return slot_ref{level, slot, (elapsed_ & ~(level_span - 1)) + ahead * slot_span};
+      }
+      occupied &= ~(std::uint64_t{1} << slot);
+    }
   }
   return std::nullopt;
 }
@@ -249,7 +248,7 @@ std::optional<timing_wheel::early_ref> timing_wheel::early_candidate() const noe
     const std::uint64_t start = ((elapsed_ >> shift) + 1) << shift;
     const auto slot = static_cast<unsigned>((start >> shift) & detail::slot_mask);
     const auto& lv = wheel_[level];
-    if ((lv.occupied() >> slot & 1u) == 0 || !lv.crowded(slot)) continue;
+    if ((lv.occupied() >> slot & 1u) == 0 || !lv.crowded(slot) || !lv.holds(slot)) continue;
     return early_ref{level, slot, start, start - (std::uint64_t{1} << (shift - detail::slot_bits))};
   }
   return std::nullopt;
@@ -264,10 +263,6 @@ void timing_wheel::cascade_early(wheel_entry& entry) noexcept {
 }
 
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
-  // A slot that got entries moved whole, and lost them all to remove(), stays marked
-  // occupied (they name the slot they came from): taking it costs a wake-up, not an
-  // answer when nothing is pending.
-  if (size_ == 0) return std::nullopt;
   // A crowded slot to cascade early is begun at once: the sooner, the more idle time the
   // walk can use.
   if (has_due() || early_candidate()) return from_tick(elapsed_);
@@ -300,16 +295,20 @@ std::optional<timing_wheel::duration> timing_wheel::next_fine_slot_after(
   }
   const auto index = static_cast<unsigned>(tick & detail::slot_mask);
   if (index == detail::slot_mask) return std::nullopt;
-  const std::uint64_t later = wheel_[0].occupied() >> (index + 1);
-  if (later == 0) return std::nullopt;
-  return from_tick(tick + 1 + detail::ctz64(later));
+  for (std::uint64_t later = wheel_[0].occupied() >> (index + 1) << (index + 1); later != 0;
+       later &= later - 1) {
+    const unsigned slot = detail::ctz64(later);
+    if (wheel_[0].holds(slot)) return from_tick(tick - index + slot);
+  }
+  return std::nullopt;
 }
 
 // A slot about to be taken, and whether it may be moved whole: crowded and uniform (see
 // wheel_level::uniform), its entries are then one lane, re-filed in one splice instead
 // of a walk. Only crowded ones: entries moved whole keep naming the slot they came from,
-// so a slot they all leave by remove() stays marked occupied and costs a wake-up; a
-// sparse slot's walk is short, and its removals then keep the bitmap exact.
+// so a slot they all leave by remove() stays marked occupied until a search finds it
+// empty (looking into its lanes: wheel_level::holds); a sparse slot's walk is short,
+// and its removals then keep the bitmap exact.
 struct timing_wheel::whole_slot {
   bool whole;
   std::uint64_t deadline;

@@ -209,10 +209,11 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     const clock_type::time_point clock_now = clock_type::now();
     if (keeps_touch_epoch()) epoch().pass(clock_now);  // before any stamp is read
     std::chrono::nanoseconds now = wheel_time(clock_now);
-    // Entries examined so far: each one examined is either detached or re-filed.
+    // Entries examined so far: each one examined is either detached or re-filed (a slot
+    // moved whole counts as one).
     const auto examined = [this] {
       const auto& c = wheel_.counters();
-      return c.expired + c.cascaded;
+      return c.expired + c.cascaded + c.moved_whole;
     };
     const std::uint64_t examined_before = examined();
     wheel_.advance(now, due, options_.max_per_pass, early_walk_per_pass);

@@ -734,6 +734,7 @@ void run_model(const run_config& c) {
   BOOST_TEST(s.max_batch > 300u);
   BOOST_TEST(m.wheel().counters().cascaded > c.steps / 10);
   if (c.cluster_per_mille != 0) BOOST_TEST(m.wheel().counters().cascaded_early > 3u);  // 7 now
+  if (c.burst_per_mille != 0) BOOST_TEST(m.wheel().counters().cascaded_early > 3u);
   if (c.late_pass_per_mille != 0) BOOST_TEST(s.late_passes > 3u);
   if (c.burst_per_mille != 0) BOOST_TEST(m.wheel().counters().moved_whole > 10u);  // 18 now
 }

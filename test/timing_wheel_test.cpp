@@ -73,13 +73,14 @@ class harness {
   harness(const harness&) = delete;
   harness& operator=(const harness&) = delete;
 
-  void insert(item& e, ns deadline) {
-    wheel.insert(e, deadline);
+  ns insert(item& e, ns deadline) {
+    const ns floor = wheel.insert(e, deadline);
     requested_[&e] = deadline;
     BOOST_TEST(e.is_pending());
     BOOST_TEST(!e.is_detached());
     BOOST_TEST(e.deadline_tick() == wheel.deadline_tick(deadline));
     check_counters();
+    return floor;
   }
 
   void reschedule(item& e, ns deadline) {
@@ -1609,6 +1610,8 @@ BOOST_AUTO_TEST_CASE(a_burst_is_moved_whole_from_level_to_level) {
   BOOST_TEST(h.wheel.counters().cascaded_early == 1u);
   BOOST_TEST(h.wheel.counters().moved_whole == 1u);
   BOOST_TEST(h.wheel.counters().cascaded == 0u);
+  // Staged until the start of level 1's last slot before 4096 ms, when they join it.
+  BOOST_TEST(h.wheel.next_expiry().value_or(ns::max()).count() == ns(4032ms).count());
   h.reschedule(items[0], 5003ms);  // later, in place
   h.reschedule(items[1], 9000ms);  // later, beyond the slot
   BOOST_TEST(h.remove(items[2]));
@@ -1616,6 +1619,7 @@ BOOST_AUTO_TEST_CASE(a_burst_is_moved_whole_from_level_to_level) {
   BOOST_TEST(h.advance(5000ms - ns(1)).empty());
   BOOST_TEST(h.wheel.counters().moved_whole == 2u);
   BOOST_TEST(h.wheel.counters().cascaded == 0u);
+  BOOST_TEST(h.wheel.next_expiry().value_or(ns::max()).count() == ns(5000ms).count());
   BOOST_TEST(h.remove(items[3]));  // from where it was moved to
   const auto got = h.advance_ids(5000ms);
   BOOST_TEST(got.size() == n - 4);
@@ -1631,8 +1635,9 @@ BOOST_AUTO_TEST_CASE(a_burst_is_moved_whole_from_level_to_level) {
 }
 
 // Entries moved whole keep naming the slot they came from, so removing every one of them
-// cannot clear the bit of the slot they went to: the wheel still reports nothing pending,
-// and a later entry fires as it would have.
+// cannot clear the bit of the slot they went to: the searches must skip that slot, so
+// that the wheel reports nothing pending, a later entry's slot as the next expiry (not the
+// emptied one, before the time insert() reported), and that entry fires as it would have.
 BOOST_AUTO_TEST_CASE(removing_a_burst_moved_whole_leaves_nothing_pending) {
   const std::size_t n = twheel::detail::crowded_slot;
   auto items = make_items(n + 1);
@@ -1642,11 +1647,18 @@ BOOST_AUTO_TEST_CASE(removing_a_burst_moved_whole_leaves_nothing_pending) {
   BOOST_TEST(h.wheel.counters().moved_whole == 1u);
   for (std::size_t i = 0; i < n; ++i) BOOST_TEST(h.remove(items[i]));
   BOOST_TEST(h.wheel.empty());
-  BOOST_TEST(!h.wheel.next_expiry().has_value());
-  h.insert(items[n], 150ms);
+  BOOST_TEST(h.insert(items[n], 150ms).count() == ns(128ms).count());  // its level-1 slot's start
+  BOOST_TEST(h.wheel.next_expiry().value_or(ns::max()).count() == ns(150ms).count());  // not 100
   BOOST_TEST(h.advance_ids(150ms - ns(1)).empty());
   BOOST_TEST(h.advance_ids(150ms) == std::vector<int>{static_cast<int>(n)});
   BOOST_TEST(h.wheel.counters().cascaded == 1u);  // from level 1 to 0, one by one
+  // Again, with nothing else pending: nothing to report.
+  for (std::size_t i = 0; i < n; ++i) h.insert(items[i], 300ms);  // [256 ms, 320 ms)
+  BOOST_TEST(h.advance(256ms).empty());
+  BOOST_TEST(h.wheel.counters().moved_whole == 2u);
+  for (std::size_t i = 0; i < n; ++i) BOOST_TEST(h.remove(items[i]));
+  BOOST_TEST(!h.wheel.next_expiry().has_value());
+  BOOST_TEST(h.advance_ids(400ms).empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -305,9 +305,6 @@ class timing_wheel {
   std::uint64_t divide_by_tick(std::uint64_t n) const noexcept;
   // Files an entry by its deadline; returns the tick insert() reports.
   std::uint64_t file(wheel_entry& entry) noexcept;
-  // Links `entry` into the slot of `level` that holds `tick` (its deadline, or where it is
-  // parked) and returns that slot's start, or the current tick if it made the slot crowded.
-  std::uint64_t file_at(unsigned level, std::uint64_t tick, wheel_entry& entry) noexcept;
   static void unlink(wheel_entry& entry) noexcept;
   // True if overdue_, taken_ or early_ holds an entry: advance() has work now.
   bool has_due() const noexcept;

@@ -59,6 +59,12 @@ inline unsigned clz64(std::uint64_t v) noexcept {
   return static_cast<unsigned>(__builtin_clzll(v));  // v != 0
 }
 
+// Slots ahead of `current` (0 = current itself, wrapping) to the first one set in `mask`.
+// Precondition: mask != 0.
+inline unsigned distance_to_next(std::uint64_t mask, unsigned current) noexcept {
+  return ctz64(rotr64(mask, current));
+}
+
 template <class Entry>
 class wheel_level {
  public:
@@ -88,12 +94,17 @@ class wheel_level {
     // an entry no longer there: it is a hint (when to cascade), never relied on for
     // correctness, and saturates at 0.
     if (filed_[slot] != 0) --filed_[slot];
-    if (all_empty(slots_[slot])) {
-      occupied_ &= ~(std::uint64_t{1} << slot);
-      mixed_ &= ~(std::uint64_t{1} << slot);
-      earliest_[slot] = none;
-      filed_[slot] = 0;
-    }
+    drop_if_emptied(slot);
+  }
+
+  // Unmarks `slot` if it holds no entry; returns whether it did.
+  bool drop_if_emptied(unsigned slot) noexcept {
+    if (!all_empty(slots_[slot])) return false;
+    occupied_ &= ~(std::uint64_t{1} << slot);
+    mixed_ &= ~(std::uint64_t{1} << slot);
+    earliest_[slot] = none;
+    filed_[slot] = 0;
+    return true;
   }
 
   // Moves the entries of each lane of `slot` to the back of the same lane of `into`,
@@ -137,13 +148,11 @@ class wheel_level {
 
   bool empty() const noexcept { return occupied_ == 0; }
 
-  // Slots ahead of `current` (0 = current itself, wrapping) to the first occupied one.
-  // Precondition: !empty().
-  unsigned distance_to_next(unsigned current) const noexcept {
-    return ctz64(rotr64(occupied_, current));
-  }
-
+  // Marked occupied: holding entries, or emptied by remove() after entries were moved into
+  // it whole (they name the slot they came from, so the bit stays until it is taken).
   std::uint64_t occupied() const noexcept { return occupied_; }
+  // Whether an occupied slot holds entries.
+  bool holds(unsigned slot) const noexcept { return !all_empty(slots_[slot]); }
 
   // No entry of `slot` had an earlier deadline tick when it was filed. Removals leave it
   // as it was and later deadlines only grow, so it stays a lower bound.
