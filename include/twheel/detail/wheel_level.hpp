@@ -149,7 +149,8 @@ class wheel_level {
   bool empty() const noexcept { return occupied_ == 0; }
 
   // Marked occupied: holding entries, or emptied by remove() after entries were moved into
-  // it whole (they name the slot they came from, so the bit stays until it is taken).
+  // it whole (they name the slot they came from, so the bit stays until the slot is taken
+  // or a search finds it empty: drop_if_emptied()).
   std::uint64_t occupied() const noexcept { return occupied_; }
   // Whether an occupied slot holds entries.
   bool holds(unsigned slot) const noexcept { return !all_empty(slots_[slot]); }
