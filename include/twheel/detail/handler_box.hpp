@@ -13,12 +13,12 @@
 #ifndef TWHEEL_DETAIL_HANDLER_BOX_HPP
 #define TWHEEL_DETAIL_HANDLER_BOX_HPP
 
+#include <twheel/detail/executor_traits.hpp>
 #include <twheel/detail/op_queue.hpp>
 
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/bind_executor.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <cstddef>
@@ -108,11 +108,6 @@ inline constexpr bool fits_in_box = box_sized<Handler> && !has_own_executor<Hand
 // that executor is, at the wait's start, the one the wheel runs on.
 template <class Handler>
 inline constexpr bool fits_in_box_if_inline = box_sized<Handler> && has_own_executor<Handler>;
-
-template <class T>
-struct is_strand : std::false_type {};
-template <class Inner>
-struct is_strand<boost::asio::strand<Inner>> : std::true_type {};
 
 // bind_executor(ex, h) with h fits_in_box: when `ex` is the wheel's, h alone is boxed (the
 // binder, h plus an executor, is too big for the box), which is what running it on `ex`

@@ -2,6 +2,7 @@
 #ifndef TWHEEL_IMPL_WHEEL_SERVICE_HPP
 #define TWHEEL_IMPL_WHEEL_SERVICE_HPP
 
+#include <twheel/detail/executor_traits.hpp>
 #include <twheel/detail/wait_ops.hpp>
 
 #include <boost/asio/associated_cancellation_slot.hpp>
