@@ -276,9 +276,12 @@ std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept
   // due sooner, and advance() cascades and detaches in one call, so the owner wakes once
   // instead of once to cascade and again to fire. Not for the top level, whose nearest
   // slot may hold only parked entries while a later one holds earlier deadlines, nor for
-  // a crowded slot, whose walk would delay its first due entries (see crowded_slot).
-  if (slot->level + 1 < levels_ && !wheel_[slot->level].crowded(slot->slot)) {
-    const std::uint64_t earliest = wheel_[slot->level].earliest(slot->slot);
+  // a crowded slot, whose walk would delay its first due entries (see crowded_slot),
+  // unless its entries share one deadline tick: it then moves whole, one splice, and
+  // waking at its start as well would only cost a wake-up.
+  const auto& lv = wheel_[slot->level];
+  if (slot->level + 1 < levels_ && (!lv.crowded(slot->slot) || lv.uniform(slot->slot))) {
+    const std::uint64_t earliest = lv.earliest(slot->slot);
     if (earliest > at) at = earliest;
   }
   // Staged entries join their level at early_from_ (all of them are due after it).

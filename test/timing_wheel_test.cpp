@@ -1247,7 +1247,9 @@ BOOST_AUTO_TEST_CASE(a_crowded_coarse_slot_is_cascaded_at_its_start) {
   BOOST_TEST(fired == n);
 
   // One fewer than crowded (after a removal): its earliest deadline again.
-  for (std::size_t i = 0; i < n; ++i) h.insert(items[i], 300ms);  // slot [256 ms, 320 ms)
+  for (std::size_t i = 0; i < n; ++i) {
+    h.insert(items[i], 300ms + ns(static_cast<std::int64_t>(i % 2) * 1'000'000));  // [256, 320)
+  }
   ne = h.wheel.next_expiry();
   BOOST_TEST_REQUIRE(ne.has_value());
   BOOST_TEST(ne->count() == ns(256ms).count());
@@ -1255,7 +1257,45 @@ BOOST_AUTO_TEST_CASE(a_crowded_coarse_slot_is_cascaded_at_its_start) {
   ne = h.wheel.next_expiry();
   BOOST_TEST_REQUIRE(ne.has_value());
   BOOST_TEST(ne->count() == ns(300ms).count());
-  BOOST_TEST(h.advance(300ms).size() == n - 1);
+  BOOST_TEST(h.advance(301ms).size() == n - 1);
+}
+
+// A crowded slot whose entries were all filed with one deadline tick moves whole, in one
+// splice, so it is left until that deadline as a sparse slot is: a driver following
+// next_expiry() wakes once per deadline, not also at the slot's start. A deadline moved
+// later in place keeps the slot so (it is re-filed when the slot comes due); one entry
+// filed with another tick brings the wake-up at the start back.
+BOOST_AUTO_TEST_CASE(a_crowded_slot_of_one_deadline_is_woken_at_it) {
+  const std::size_t n = twheel::detail::crowded_slot;
+  auto items = make_items(n + 1);
+  harness h;  // 1 ms tick: level 1's slot [64 ms, 128 ms)
+  for (std::size_t i = 0; i < n; ++i) h.insert(items[i], 100ms);
+  h.reschedule(items[0], 110ms);  // later, in place
+  std::vector<ns> woken;
+  std::vector<int> got;
+  while (auto ne = h.wheel.next_expiry()) {
+    BOOST_TEST_REQUIRE(woken.size() < 10u);
+    woken.push_back(*ne);
+    const auto ids = h.advance_ids(*ne);
+    got.insert(got.end(), ids.begin(), ids.end());
+  }
+  BOOST_TEST((woken == std::vector<ns>{ns(100ms), ns(110ms)}));  // not 64 ms first
+  BOOST_TEST_REQUIRE(got.size() == n);
+  BOOST_TEST(std::is_sorted(got.begin(), got.end() - 1));  // filing order
+  BOOST_TEST(got.front() == 1);
+  BOOST_TEST(got.back() == 0);
+  BOOST_TEST(h.wheel.counters().moved_whole == 1u);  // into level 0, by the advance at 100 ms
+  BOOST_TEST(h.wheel.counters().cascaded == 1u);     // the one moved later, re-filed
+
+  // Mixed by one entry of another tick: the walk comes back, at the slot's start.
+  for (std::size_t i = 0; i < n; ++i) h.insert(items[i], 200ms);  // [192 ms, 256 ms)
+  BOOST_TEST(h.wheel.next_expiry().value_or(ns::max()).count() == ns(200ms).count());
+  h.insert(items[n], 201ms);
+  BOOST_TEST(h.wheel.next_expiry().value_or(ns::max()).count() == ns(192ms).count());
+  BOOST_TEST(h.advance(192ms).empty());
+  BOOST_TEST(h.wheel.counters().moved_whole == 1u);
+  BOOST_TEST(h.wheel.counters().cascaded == 1u + n + 1);
+  BOOST_TEST(h.advance(201ms).size() == n + 1);
 }
 
 // A crowded slot of level 2 is cascaded early: at once, in bounded steps, nothing

@@ -246,9 +246,10 @@ class timing_wheel {
 
   /// When to call advance() next: advance() with a `now` before it detaches nothing. It
   /// is the start of the earliest non-empty slot or, for a slot below the top level with
-  /// fewer than detail::crowded_slot entries, the earliest deadline filed into it if that
-  /// is later (so a sparse coarse slot is cascaded by the same advance() that detaches
-  /// its first due entry, and a crowded one before its first entry is due); now when a
+  /// fewer than detail::crowded_slot entries or with entries all filed with one deadline
+  /// tick, the earliest deadline filed into it if that is later (so a sparse coarse slot,
+  /// or a burst's, which moves whole, is cascaded by the same advance() that detaches its
+  /// first due entry, and a crowded one before its first entry is due); now when a
   /// crowded slot of level 2 or more is to be cascaded early, and no later than the start
   /// of the last slot of the level below before it while its entries wait for that level.
   /// Never after the earliest deadline. Entries may
