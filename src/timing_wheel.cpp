@@ -90,12 +90,16 @@ std::uint64_t timing_wheel::file(wheel_entry& entry) noexcept {
   const placement at = place(deadline);
   const unsigned shift = detail::slot_bits * at.level;
   const auto slot = static_cast<unsigned>((at.tick >> shift) & detail::slot_mask);
-  const bool crowded = (at.staged ? staged_ : wheel_[at.level]).push(slot, entry, deadline);
+  const std::uint64_t wake = (at.staged ? staged_ : wheel_[at.level]).push(slot, entry, deadline);
   entry.where_ = static_cast<std::uint16_t>(at.level * detail::slots_per_level + slot);
   // next_expiry() already stops at early_from_ for the staged entries.
   if (at.staged) return early_from_;
   // A slot that just became crowded may be due for an early cascade now.
-  return crowded ? elapsed_ : (at.tick >> shift) << shift;
+  if (wake == detail::wheel_level<wheel_entry>::made_crowded) return elapsed_;
+  // The slot's wake-up (as wake_tick()), not just its start: an owner already set for a
+  // slot's earliest deadline (a burst's) then needs no scan of the levels per entry.
+  const std::uint64_t start = (at.tick >> shift) << shift;
+  return at.level + 1 < levels_ ? std::max(start, wake) : start;
 }
 
 timing_wheel::placement timing_wheel::place(std::uint64_t deadline) const noexcept {
@@ -262,6 +266,20 @@ void timing_wheel::cascade_early(wheel_entry& entry) noexcept {
   file(entry);
 }
 
+// A coarse slot need not be cascaded before its earliest deadline: nothing in it can be
+// due sooner, and advance() cascades and detaches in one call, so the owner wakes once
+// instead of once to cascade and again to fire. Not for the top level, whose nearest
+// slot may hold only parked entries while a later one holds earlier deadlines, nor for
+// a crowded slot, whose walk would delay its first due entries (see crowded_slot),
+// unless its entries share one deadline tick: it then moves whole, one splice, and
+// waking at its start as well would only cost a wake-up.
+std::uint64_t timing_wheel::wake_tick(unsigned level, unsigned slot,
+                                      std::uint64_t start) const noexcept {
+  const auto& lv = wheel_[level];
+  if (level + 1 < levels_ && lv.woken_at_earliest(slot)) return std::max(start, lv.earliest(slot));
+  return start;
+}
+
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
   // A crowded slot to cascade early is begun at once: the sooner, the more idle time the
   // walk can use.
@@ -271,19 +289,7 @@ std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept
     if (staged_pending_) return from_tick(early_from_);
     return std::nullopt;
   }
-  std::uint64_t at = slot->start;
-  // A coarse slot need not be cascaded before its earliest deadline: nothing in it can be
-  // due sooner, and advance() cascades and detaches in one call, so the owner wakes once
-  // instead of once to cascade and again to fire. Not for the top level, whose nearest
-  // slot may hold only parked entries while a later one holds earlier deadlines, nor for
-  // a crowded slot, whose walk would delay its first due entries (see crowded_slot),
-  // unless its entries share one deadline tick: it then moves whole, one splice, and
-  // waking at its start as well would only cost a wake-up.
-  const auto& lv = wheel_[slot->level];
-  if (slot->level + 1 < levels_ && (!lv.crowded(slot->slot) || lv.uniform(slot->slot))) {
-    const std::uint64_t earliest = lv.earliest(slot->slot);
-    if (earliest > at) at = earliest;
-  }
+  std::uint64_t at = wake_tick(slot->level, slot->slot, slot->start);
   // Staged entries join their level at early_from_ (all of them are due after it).
   if (staged_pending_ && early_from_ < at) at = early_from_;
   return from_tick(at);

@@ -1582,17 +1582,40 @@ BOOST_AUTO_TEST_CASE(next_expiry_when_something_is_due) {
 // cascades and their staging, with the wheel advancing in bounded steps.
 BOOST_AUTO_TEST_CASE(insert_reports_how_far_next_expiry_may_have_moved) {
   {
-    // The slot's start; now() for the entry that makes the next slot of level 2 crowded
-    // (its early cascade is due at once).
+    // When the slot is woken: at its earliest deadline while it is sparse (so a burst's
+    // entries after the first report the time the owner's wake-up is already set for);
+    // now() for the entry that makes the next slot of level 2 crowded (its early cascade
+    // is due at once).
     auto crowd = make_items(twheel::detail::crowded_slot);
     timing_wheel fresh(make_config(1ms, 6));
     for (std::size_t i = 0; i + 1 < crowd.size(); ++i) {
-      BOOST_TEST_REQUIRE((fresh.insert(crowd[i], 4100ms) == ns(4096ms)));
+      BOOST_TEST_REQUIRE((fresh.insert(crowd[i], 4100ms) == ns(4100ms)));
     }
     BOOST_TEST((fresh.next_expiry() == ns(4100ms)));
     BOOST_TEST((fresh.insert(crowd.back(), 4100ms) == ns(0)));
     BOOST_TEST((fresh.next_expiry() == ns(0)));
     BOOST_TEST((fresh.reschedule(crowd[0], 5000ms) == ns_max));  // later: stored only
+  }
+  {
+    // A slot of level 2 that is not the next one: sparse, it reports its earliest
+    // deadline; crowded with one deadline tick, that tick; crowded and mixed, its start.
+    auto crowd = make_items(twheel::detail::crowded_slot + 2);
+    timing_wheel fresh(make_config(1ms, 6));
+    BOOST_TEST((fresh.insert(crowd[0], 8300ms) == ns(8300ms)));
+    BOOST_TEST((fresh.insert(crowd[1], 8250ms) == ns(8250ms)));
+    BOOST_TEST((fresh.insert(crowd[2], 8400ms) == ns(8250ms)));
+    BOOST_TEST((fresh.next_expiry() == ns(8250ms)));
+    for (std::size_t i = 0; i < 3; ++i) fresh.remove(crowd[i]);
+    timing_wheel burst(make_config(1ms, 6));
+    for (std::size_t i = 0; i + 3 < crowd.size(); ++i) {
+      BOOST_TEST_REQUIRE((burst.insert(crowd[i], 8200ms) == ns(8200ms)));
+    }
+    // The entry that makes it crowded: now() (a crowded slot may start an early cascade).
+    BOOST_TEST((burst.insert(crowd[crowd.size() - 3], 8200ms) == ns(0)));
+    BOOST_TEST((burst.next_expiry() == ns(8200ms)));  // moves whole: woken at its deadline
+    BOOST_TEST((burst.insert(crowd[crowd.size() - 2], 8300ms) == ns(8192ms)));
+    BOOST_TEST((burst.next_expiry() == ns(8192ms)));  // mixed now: walked from its start
+    BOOST_TEST((burst.insert(crowd.back(), 8250ms) == ns(8192ms)));
   }
   auto items = make_items(6000);
   timing_wheel w(make_config(8us, 6));
@@ -1687,7 +1710,8 @@ BOOST_AUTO_TEST_CASE(removing_a_burst_moved_whole_leaves_nothing_pending) {
   BOOST_TEST(h.wheel.counters().moved_whole == 1u);
   for (std::size_t i = 0; i < n; ++i) BOOST_TEST(h.remove(items[i]));
   BOOST_TEST(h.wheel.empty());
-  BOOST_TEST(h.insert(items[n], 150ms).count() == ns(128ms).count());  // its level-1 slot's start
+  // Its level-1 slot [128 ms, 192 ms) is sparse: woken at its earliest deadline.
+  BOOST_TEST(h.insert(items[n], 150ms).count() == ns(150ms).count());
   BOOST_TEST(h.wheel.next_expiry().value_or(ns::max()).count() == ns(150ms).count());  // not 100
   BOOST_TEST(h.advance_ids(150ms - ns(1)).empty());
   BOOST_TEST(h.advance_ids(150ms) == std::vector<int>{static_cast<int>(n)});

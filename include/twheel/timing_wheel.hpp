@@ -213,10 +213,11 @@ class timing_wheel {
   /// list). Deadlines at or before the current tick are due at the next advance().
   /// Precondition: the entry is not pending in any wheel. O(1), never allocates.
   ///
-  /// @returns A time that next_expiry() was not lowered below by this call: the start of
-  /// the slot the entry went to, or now() when advance() has work sooner because of it (a
-  /// deadline already due, or a slot it made crowded). An owner whose wake-up is set no
-  /// later than that need not read next_expiry() again.
+  /// @returns A time that next_expiry() was not lowered below by this call: when the slot
+  /// the entry went to will be woken (its start, or its earliest deadline where
+  /// next_expiry() waits for that), or now() when advance() has work sooner because of it
+  /// (a deadline already due, or a slot it made crowded). An owner whose wake-up is set
+  /// no later than that need not read next_expiry() again.
   duration insert(wheel_entry& entry, duration deadline) noexcept;
 
   /// Changes the deadline of a pending entry. Later: stores it only (the entry is re-filed
@@ -346,6 +347,8 @@ class timing_wheel {
     std::uint64_t start;
   };
   std::optional<slot_ref> next_slot() const noexcept;
+  // When next_expiry() wakes for occupied `slot` of `level`, which starts at tick `start`.
+  std::uint64_t wake_tick(unsigned level, unsigned slot, std::uint64_t start) const noexcept;
 
   std::int64_t tick_ns_;
   unsigned levels_;

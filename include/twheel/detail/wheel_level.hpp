@@ -70,12 +70,17 @@ class wheel_level {
  public:
   wheel_level() noexcept { earliest_.fill(none); }
 
+  // What push() returns when the entry made its slot crowded.
+  static constexpr std::uint64_t made_crowded = std::numeric_limits<std::uint64_t>::max();
+
   // `deadline`: the entry's deadline tick, kept as the slot's earliest if it is. Returns
-  // true if this entry made the slot crowded.
-  bool push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
+  // made_crowded if this entry made the slot crowded, else the slot's earliest deadline
+  // tick if it is woken at that (woken_at_earliest()), else 0 (woken at its start).
+  std::uint64_t push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
     slots_[slot][lane_of(deadline)].push_back(e);
     note_deadline(slot, deadline);
-    return ++filed_[slot] == crowded_slot;
+    if (++filed_[slot] == crowded_slot) return made_crowded;
+    return woken_at_earliest(slot) ? earliest_[slot] : 0;
   }
 
   // Moves every entry of `lane` (each filed with deadline tick `deadline`, lazily moved
@@ -168,6 +173,10 @@ class wheel_level {
   // re-filed as one list instead of entry by entry. Removals keep a slot uniform, and
   // a deadline moved later (lazily, in place) is re-checked when its slot comes due.
   bool uniform(unsigned slot) const noexcept { return (mixed_ >> slot & 1u) == 0; }
+
+  // Whether `slot`, below the top level, is woken at its earliest deadline rather than at
+  // its start (see timing_wheel::next_expiry()): it is sparse, or it moves whole.
+  bool woken_at_earliest(unsigned slot) const noexcept { return !crowded(slot) || uniform(slot); }
 
  private:
   static constexpr std::uint64_t none = std::numeric_limits<std::uint64_t>::max();
