@@ -17,7 +17,7 @@
 # without the suites of the core wheel (timing_wheel includes no Asio, so they would test
 # the same code on every version; the Release build of scripts/test.sh runs them). -Og
 # keeps the flow analysis behind -Wmaybe-uninitialized and the like, and one entry builds
-# and runs in about 230 s here instead of about 395 s for a Release build of everything.
+# and runs in 230 to 290 s here instead of about 395 s for a Release build of everything.
 # Tests run: every CTest test but the soak, the packaging tests (they build a consumer
 # against the installed Boost, not against ASIO_INCLUDE_DIR) and the docs check (the same
 # on every version).
