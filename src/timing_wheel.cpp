@@ -96,10 +96,9 @@ std::uint64_t timing_wheel::file(wheel_entry& entry) noexcept {
   if (at.staged) return early_from_;
   // A slot that just became crowded may be due for an early cascade now.
   if (wake == detail::wheel_level<wheel_entry>::made_crowded) return elapsed_;
-  // The slot's wake-up (as wake_tick()), not just its start: an owner already set for a
-  // slot's earliest deadline (a burst's) then needs no scan of the levels per entry.
-  const std::uint64_t start = (at.tick >> shift) << shift;
-  return at.level + 1 < levels_ ? std::max(start, wake) : start;
+  // The slot's wake-up, not just its start: an owner already set for a slot's earliest
+  // deadline (a burst's) then needs no scan of the levels per entry.
+  return wake_tick(at.level, (at.tick >> shift) << shift, wake);
 }
 
 timing_wheel::placement timing_wheel::place(std::uint64_t deadline) const noexcept {
@@ -273,11 +272,9 @@ void timing_wheel::cascade_early(wheel_entry& entry) noexcept {
 // a crowded slot, whose walk would delay its first due entries (see crowded_slot),
 // unless its entries share one deadline tick: it then moves whole, one splice, and
 // waking at its start as well would only cost a wake-up.
-std::uint64_t timing_wheel::wake_tick(unsigned level, unsigned slot,
-                                      std::uint64_t start) const noexcept {
-  const auto& lv = wheel_[level];
-  if (level + 1 < levels_ && lv.woken_at_earliest(slot)) return std::max(start, lv.earliest(slot));
-  return start;
+std::uint64_t timing_wheel::wake_tick(unsigned level, std::uint64_t start,
+                                      std::uint64_t hint) const noexcept {
+  return level + 1 < levels_ ? std::max(start, hint) : start;
 }
 
 std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept {
@@ -289,7 +286,8 @@ std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept
     if (staged_pending_) return from_tick(early_from_);
     return std::nullopt;
   }
-  std::uint64_t at = wake_tick(slot->level, slot->slot, slot->start);
+  std::uint64_t at =
+      wake_tick(slot->level, slot->start, wheel_[slot->level].wake_hint(slot->slot));
   // Staged entries join their level at early_from_ (all of them are due after it).
   if (staged_pending_ && early_from_ < at) at = early_from_;
   return from_tick(at);

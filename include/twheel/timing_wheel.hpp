@@ -347,8 +347,9 @@ class timing_wheel {
     std::uint64_t start;
   };
   std::optional<slot_ref> next_slot() const noexcept;
-  // When next_expiry() wakes for occupied `slot` of `level`, which starts at tick `start`.
-  std::uint64_t wake_tick(unsigned level, unsigned slot, std::uint64_t start) const noexcept;
+  // When an occupied slot of `level` that starts at tick `start` is woken, given its
+  // level's wake_hint() for it; one rule for next_expiry() and for what file() reports.
+  std::uint64_t wake_tick(unsigned level, std::uint64_t start, std::uint64_t hint) const noexcept;
 
   std::int64_t tick_ns_;
   unsigned levels_;

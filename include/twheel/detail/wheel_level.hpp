@@ -74,12 +74,17 @@ class wheel_level {
   static constexpr std::uint64_t made_crowded = std::numeric_limits<std::uint64_t>::max();
 
   // `deadline`: the entry's deadline tick, kept as the slot's earliest if it is. Returns
-  // made_crowded if this entry made the slot crowded, else the slot's earliest deadline
-  // tick if it is woken at that (woken_at_earliest()), else 0 (woken at its start).
+  // made_crowded if this entry made the slot crowded, else wake_hint(slot).
   std::uint64_t push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
     slots_[slot][lane_of(deadline)].push_back(e);
     note_deadline(slot, deadline);
     if (++filed_[slot] == crowded_slot) return made_crowded;
+    return wake_hint(slot);
+  }
+
+  // The slot's earliest deadline tick if it is woken at that (woken_at_earliest()), else 0
+  // (woken at its start).
+  std::uint64_t wake_hint(unsigned slot) const noexcept {
     return woken_at_earliest(slot) ? earliest_[slot] : 0;
   }
 
