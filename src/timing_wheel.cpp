@@ -151,7 +151,11 @@ void timing_wheel::join_staged() noexcept {
 timing_wheel::duration timing_wheel::insert(wheel_entry& entry, duration deadline) noexcept {
   assert(!entry.is_pending() && "twheel: insert() of an entry that is already pending");
   if (entry.where_ == detail::where_detached) unlink(entry);
-  entry.deadline_ = deadline_tick(deadline);
+  return insert_tick(entry, deadline_tick(deadline));
+}
+
+timing_wheel::duration timing_wheel::insert_tick(wheel_entry& entry, std::uint64_t tick) noexcept {
+  entry.deadline_ = tick;
   const std::uint64_t floor = file(entry);
   ++size_;
   ++counters_.inserted;
@@ -166,8 +170,8 @@ timing_wheel::duration timing_wheel::reschedule(wheel_entry& entry, duration dea
     entry.deadline_ = tick;
     return duration::max();
   }
-  remove(entry);
-  return insert(entry, deadline);
+  remove(entry);  // leaves it idle, as insert_tick() wants it
+  return insert_tick(entry, tick);
 }
 
 bool timing_wheel::remove(wheel_entry& entry) noexcept {

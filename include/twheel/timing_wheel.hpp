@@ -305,6 +305,8 @@ class timing_wheel {
 
   duration from_tick(std::uint64_t tick) const noexcept;
   std::uint64_t divide_by_tick(std::uint64_t n) const noexcept;
+  // insert() of an idle entry whose deadline tick is already known (reschedule() has it).
+  duration insert_tick(wheel_entry& entry, std::uint64_t tick) noexcept;
   // Files an entry by its deadline; returns the tick insert() reports.
   std::uint64_t file(wheel_entry& entry) noexcept;
   static void unlink(wheel_entry& entry) noexcept;
