@@ -120,7 +120,7 @@ timing_wheel::placement timing_wheel::place(std::uint64_t deadline) const noexce
 
 bool timing_wheel::file_whole(slot_list& lane, std::uint64_t deadline,
                               std::uint32_t filed) noexcept {
-  if (deadline <= elapsed_) return false;  // due: detached one by one
+  if (deadline <= elapsed_) return false;  // due: detached from the taken lanes, in runs
   const placement at = place(deadline);
   const unsigned shift = detail::slot_bits * at.level;
   const auto slot = static_cast<unsigned>((at.tick >> shift) & detail::slot_mask);
@@ -345,25 +345,31 @@ struct timing_wheel::whole_slot {
 
 namespace {
 
-// One entry of each lane of `mask` in turn, at most `budget` in all (an emptied lane
-// leaves the mask), so that the lanes' cache misses overlap. Returns the entries visited.
-template <class Lanes, class Visit>
-std::size_t walk_lanes(Lanes& lanes, unsigned& mask, std::size_t budget, Visit&& visit) {
+// One turn of each lane of `mask` in turn, at most `budget` entries in all (an emptied
+// lane leaves the mask), so that the lanes' cache misses overlap. `turn(lane, budget)`
+// takes at least one entry off the front of the non-empty `lane`, at most `budget`, and
+// returns how many. Returns the entries taken.
+template <class Lanes, class Turn>
+std::size_t walk_lanes(Lanes& lanes, unsigned& mask, std::size_t budget, Turn&& turn) {
   std::size_t visited = 0;
   for (unsigned todo = mask; todo != 0 && visited < budget; todo &= todo - 1) {
     const unsigned lane = detail::ctz64(todo);
     auto& list = lanes[lane];
-    if (list.empty()) {  // emptied by remove()
-      mask &= ~(1u << lane);
-      continue;
-    }
-    auto& entry = list.front();
-    list.pop_front();
+    if (!list.empty()) visited += turn(list, budget - visited);  // else emptied by remove()
     if (list.empty()) mask &= ~(1u << lane);
-    ++visited;
-    visit(entry);
   }
   return visited;
+}
+
+// A turn of walk_lanes() that visits the lane's front entry.
+template <class Visit>
+auto front_entry(Visit&& visit) {
+  return [&visit](detail::slot_list<wheel_entry>& lane, std::size_t) -> std::size_t {
+    wheel_entry& entry = lane.front();
+    lane.pop_front();
+    visit(entry);
+    return 1;
+  };
 }
 
 }  // namespace
@@ -392,6 +398,23 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       ++counters_.cascaded;
     }
   };
+  // A lane's due entries at its front (a burst's, once its slot is taken) leave in one
+  // splice instead of one unlink and one link each; otherwise its front entry is examined.
+  const auto detach_or_examine = [&](detail::slot_list<wheel_entry>& lane,
+                                     std::size_t budget) -> std::size_t {
+    std::size_t run = 0;
+    auto end = lane.begin();
+    for (; run < budget && end != lane.end() && end->deadline_ <= elapsed_; ++end, ++run) {
+      end->where_ = detail::where_detached;
+    }
+    if (run == 0) return front_entry(examine)(lane, budget);
+    out.list_.splice(out.list_.end(), lane, lane.begin(), end);
+    examined += run;
+    size_ -= run;
+    detached += run;
+    counters_.expired += run;
+    return run;
+  };
   while (examined < max_entries) {
     if (!overdue_.empty()) {
       wheel_entry& entry = overdue_.front();
@@ -400,10 +423,10 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       continue;
     }
     if (taken_mask_ != 0) {
-      // One entry of each lane in turn, so that the lanes' cache misses overlap.
+      // One turn of each lane in turn, so that the lanes' cache misses overlap.
       // Everything detached from one slot has the slot's start as its deadline tick,
-      // hence one lane: the turns keep its filing order.
-      walk_lanes(taken_, taken_mask_, max_entries - examined, examine);
+      // hence one lane: its turns keep its filing order.
+      walk_lanes(taken_, taken_mask_, max_entries - examined, detach_or_examine);
       continue;
     }
     const auto slot = next_slot();
@@ -423,7 +446,7 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
       while (early_mask_ != 0 && examined < max_entries && early_examined < max_early) {
         const std::size_t walked = walk_lanes(
             early_, early_mask_, std::min(max_entries - examined, max_early - early_examined),
-            [this](wheel_entry& entry) { cascade_early(entry); });
+            front_entry([this](wheel_entry& entry) { cascade_early(entry); }));
         examined += walked;
         early_examined += walked;
       }

@@ -790,6 +790,26 @@ BOOST_AUTO_TEST_CASE(bounded_same_tick) {
   BOOST_TEST(all == expect);  // same tick: in insertion order here, and each once
 }
 
+// A lane's due entries leave in runs, one splice each: an entry moved later in place
+// inside the run ends it and is re-filed, the budget counting it, and filing order holds.
+BOOST_AUTO_TEST_CASE(bounded_same_tick_with_an_entry_moved_later_inside) {
+  auto items = make_items(10);
+  harness h;
+  for (auto& e : items) h.insert(e, 5ms);
+  h.reschedule(items[4], 7ms);  // later: it stays in its slot until the slot comes due
+  BOOST_TEST(h.advance_ids(5ms, 3) == (std::vector<int>{0, 1, 2}));
+  BOOST_TEST(h.advance_ids(5ms, 3) == (std::vector<int>{3, 5}));  // 4 re-filed in between
+  BOOST_TEST(h.wheel.counters().cascaded == 1u);
+  BOOST_TEST(h.wheel.counters().expired == 5u);
+  BOOST_TEST(h.advance_ids(5ms, 3) == (std::vector<int>{6, 7, 8}));
+  BOOST_TEST(h.advance_ids(5ms, 3) == (std::vector<int>{9}));
+  BOOST_TEST(h.wheel.size() == 1u);
+  BOOST_TEST(items[4].is_pending());
+  BOOST_TEST(h.advance_ids(7ms - ns(1)).empty());
+  BOOST_TEST(h.advance_ids(7ms) == (std::vector<int>{4}));
+  BOOST_TEST(h.wheel.empty());
+}
+
 BOOST_AUTO_TEST_CASE(bounded_past_entries) {
   auto items = make_items(100);
   harness h({}, 1s);
