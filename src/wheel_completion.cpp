@@ -148,6 +148,12 @@ detail::completion* wheel_service::keep_first(settled& batch) noexcept {
 
 // flush_ ran (invoke) or was destroyed by the scheduler's shutdown (which comes after ours,
 // so the batch is already gone: shutdown() destroyed it).
+//
+// The batch's waits after the first reach the scheduler's queue only now, behind what was
+// queued since the first abort. The driver's wake-up may be among that when its time has
+// come: its pass would complete the waits it finds due ahead of waits aborted before it
+// ran (4, 3, 5 where Asio, which queues each abort at once, gives 4, 5, 3). So a wake-up
+// due by now is moved behind the batch.
 void wheel_service::flush_aborted(bool invoke) {
   detail::completion* first = nullptr;
   {
@@ -157,7 +163,18 @@ void wheel_service::flush_aborted(bool invoke) {
     settled batch;
     batch.ops.push(deferred_);
     batch.count = std::exchange(deferred_count_, 0);
+    const bool behind = batch.count > 1;
     first = keep_first(batch);
+    if (behind && driver_) {
+      const auto now = wheel_time(clock_type::now());
+      if (driver_->wanted_by(now)) {
+        try {
+          driver_->requeue(now);
+        } catch (...) {
+          // Out of memory: the wake-up keeps its place; only the order suffers.
+        }
+      }
+    }
   }
   if (first) first->run();
 }

@@ -118,6 +118,12 @@ void wheel_driver::cancel_standby() noexcept {
   }
 }
 
+void wheel_driver::requeue(std::chrono::nanoseconds now) {
+  // arm() posts a pass with a new generation (the old wake-up is refused when it runs),
+  // and cancels the armed timer's wait, if any. The standby keeps its place.
+  arm(*armed_at_, now);
+}
+
 void wheel_driver::disarm() noexcept {
   generation_ = issue();
   armed_at_.reset();

@@ -560,6 +560,26 @@ BOOST_AUTO_TEST_CASE(run_returns_when_the_last_wait_fires_before_the_standby) {
   BOOST_TEST(wstats(ctx).pending == 0u);
 }
 
+// The README's difference from Asio: waits aborted by separate calls reach the
+// scheduler's queue when the operation queued at the first abort runs, so a handler
+// posted after the aborts runs between the first aborted handler and the rest (Asio:
+// 1, 2, 3, 0).
+BOOST_AUTO_TEST_CASE(aborted_waits_join_the_queue_when_their_batch_runs) {
+  asio::io_context ctx;
+  std::vector<int> order;
+  twheel::steady_timer a(ctx, 10s), b(ctx, 10s), c(ctx, 10s);
+  a.async_wait([&](error_code ec) { order.push_back(ec == aborted ? 1 : -1); });
+  b.async_wait([&](error_code ec) { order.push_back(ec == aborted ? 2 : -2); });
+  c.async_wait([&](error_code ec) { order.push_back(ec == aborted ? 3 : -3); });
+  BOOST_TEST(a.cancel() == 1u);
+  BOOST_TEST(b.cancel() == 1u);
+  BOOST_TEST(c.cancel() == 1u);
+  asio::post(ctx, [&] { order.push_back(0); });
+  auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(order == (std::vector<int>{1, 0, 2, 3}), boost::test_tools::per_element());
+}
+
 // A timer whose waits were all cancelled keeps its place in the wheel (taking it out would
 // write two other timers), is reused by its next wait, and is dropped, unfired and
 // without a wake-up of its own, when its slot comes due while other waits are pending.

@@ -54,6 +54,10 @@ class wheel_driver {
   // Whether ensure() uses `following`: with a slack the wake-ups are not at slot times,
   // so a standby would not match them.
   bool stands_by() const noexcept { return slack_.count() == 0; }
+  // The wake-up wanted by `now` (wanted_by(now)) runs its pass behind what is queued now
+  // instead: the one armed may already wait in the context's queue, ahead of handlers
+  // queued since. Throws std::bad_alloc before changing anything.
+  void requeue(std::chrono::nanoseconds now);
   // No pass wanted: nothing may keep run() from returning.
   void disarm() noexcept;
   // Whether a wake-up of `generation` is the one still wanted; either way the wake-up is
