@@ -382,17 +382,22 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
   std::size_t early_examined = 0;
   if (max_early == 0) max_early = 1;
   std::size_t detached = 0;
+  // `n` entries examined and moved to `out` (their where_ already says so).
+  const auto note_detached = [&](std::size_t n) {
+    examined += n;
+    size_ -= n;
+    detached += n;
+    counters_.expired += n;
+  };
   // Compare with the slot's start, not with target: entries due later than this slot are
   // re-filed so that a late advance still hands them out in deadline order.
   const auto examine = [&](wheel_entry& entry) {
-    ++examined;
     if (entry.deadline_ <= elapsed_) {
       out.list_.push_back(entry);
       entry.where_ = detail::where_detached;
-      --size_;
-      ++detached;
-      ++counters_.expired;
+      note_detached(1);
     } else {
+      ++examined;
       entry.where_ = detail::where_idle;
       file(entry);
       ++counters_.cascaded;
@@ -409,10 +414,7 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     }
     if (run == 0) return front_entry(examine)(lane, budget);
     out.list_.splice(out.list_.end(), lane, lane.begin(), end);
-    examined += run;
-    size_ -= run;
-    detached += run;
-    counters_.expired += run;
+    note_detached(run);
     return run;
   };
   while (examined < max_entries) {
