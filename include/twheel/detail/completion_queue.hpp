@@ -21,10 +21,22 @@
 // A record is released by whichever thread completes it; a block goes back to the spares
 // when all its records were released (an atomic count per block, and a lock-free list
 // that the owner takes over whole).
+//
+// Why blocks from plain operator new, made resident in one call, with records made only
+// when a wait settles: blocks used to be aligned to their size (glibc's memalign, which
+// also writes into the gap it leaves before each block) and filled with records at
+// reservation, and at 1,000,000 timers half of arm's time went to memalign and to the page
+// faults of that first touch (perf record, 2026-11-27). A record now finds its block by
+// its index, kept in the operation's result field beside the result, and a new block's
+// pages are mapped by one system call (prefault.hpp) instead of sixteen page faults. They
+// are still mapped at reservation, as Asio's operations are at async_wait: left to fault
+// in when waits settle, cancel and expiry paid for them instead (cancel of 1,000,000
+// waits 75 against 43 to 58 ns, arm 78 against 86 to 111; bench_timers, 2026-11-27).
 #ifndef TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 #define TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 
 #include <twheel/detail/handler_box.hpp>
+#include <twheel/detail/prefault.hpp>
 #include <twheel/detail/process_threads.hpp>
 
 #include <boost/asio/detail/op_queue.hpp>
@@ -52,10 +64,15 @@ class completion final : public scheduler_op {
 
   handler_box box;
 
-  // How the wait ended, kept in the operation's own result field (which the scheduler
-  // passes back to do_complete untouched for operations that are not its reactor's).
-  void set_result(wait_result r) noexcept { task_result_ = static_cast<unsigned>(r); }
-  wait_result result() const noexcept { return static_cast<wait_result>(task_result_); }
+  // How the wait ended, and the record's index in its block, kept in the operation's own
+  // result field (which the scheduler passes back to do_complete untouched for operations
+  // that are not its reactor's).
+  void set_result(wait_result r) noexcept {
+    task_result_ = (task_result_ & ~result_mask) | static_cast<unsigned>(r);
+  }
+  wait_result result() const noexcept {
+    return static_cast<wait_result>(task_result_ & result_mask);
+  }
 
   // Runs the record outside any queue (the driver's first handler): as the scheduler would.
   void run() { do_complete(this, this, boost::system::error_code(), 0); }
@@ -63,10 +80,20 @@ class completion final : public scheduler_op {
  private:
   static void do_complete(void* owner, scheduler_op* base, const boost::system::error_code&,
                           std::size_t);
+
+  friend class completion_queue;
+  static constexpr unsigned result_bits = 8;
+  static constexpr unsigned result_mask = (1u << result_bits) - 1;
+  explicit completion(unsigned index) noexcept : completion() {
+    task_result_ = index << result_bits;
+  }
+  std::size_t index() const noexcept { return task_result_ >> result_bits; }
 };
 
 class completion_queue {
-  static constexpr std::size_t block_bytes = 8192;  // a power of two: blocks are aligned to it
+  // 64 KiB: a block costs one allocation and one atomic count per 1,364 records, and a
+  // reserved block touches one page (its header) until its records are used.
+  static constexpr std::size_t block_bytes = 65536;
 
   struct block_header {
     block_header* next = nullptr;
@@ -77,6 +104,8 @@ class completion_queue {
  public:
   static constexpr std::size_t per_block =
       (block_bytes - sizeof(block_header)) / sizeof(completion);
+  static_assert(per_block < (std::size_t{1} << (32 - completion::result_bits)));
+  static_assert(alignof(completion) <= alignof(block_header));
 
   completion_queue() noexcept = default;
   completion_queue(const completion_queue&) = delete;
@@ -115,7 +144,11 @@ class completion_queue {
       tail_ = take_spare();
       tail_index_ = 0;
     }
-    completion& c = items(tail_)[tail_index_++];
+    // The record's life begins here and ends in do_complete: a reserved record that is
+    // never used is never written.
+    completion& c = *::new (record_at(tail_, tail_index_))
+        completion(static_cast<unsigned>(tail_index_));
+    ++tail_index_;
     // A full block leaves our hands at once: the last of its records to be released
     // recycles it, possibly before any later emplace(), so tail_ must not keep it (the
     // destructor would free it twice, once as the tail and once as recycled).
@@ -123,9 +156,16 @@ class completion_queue {
     return c;
   }
 
-  // Called by a record's completion, on any thread.
-  static void release(completion& c) noexcept {
-    block_header* b = block_of(c);
+  // The block a record was made in; pass it to release() once the record is destroyed.
+  static void* block_of(completion& c) noexcept {
+    return reinterpret_cast<block_header*>(reinterpret_cast<unsigned char*>(&c) -
+                                           c.index() * sizeof(completion)) -
+           1;
+  }
+
+  // Called by a record's completion, on any thread, once the record is destroyed.
+  static void release(void* block) noexcept {
+    auto* b = static_cast<block_header*>(block);
     if (fetch_add_if_threaded(b->released, std::size_t{1}, std::memory_order_acq_rel) + 1 ==
         per_block) {
       b->queue->recycle(b);
@@ -133,12 +173,8 @@ class completion_queue {
   }
 
  private:
-  static completion* items(block_header* b) noexcept {
-    return std::launder(reinterpret_cast<completion*>(b + 1));
-  }
-  static block_header* block_of(completion& c) noexcept {
-    return reinterpret_cast<block_header*>(reinterpret_cast<std::uintptr_t>(&c) &
-                                           ~std::uintptr_t{block_bytes - 1});
+  static void* record_at(block_header* b, std::size_t index) noexcept {
+    return reinterpret_cast<unsigned char*>(b + 1) + index * sizeof(completion);
   }
 
   std::size_t available() const noexcept {
@@ -146,11 +182,9 @@ class completion_queue {
   }
 
   void add_spare() {
-    void* p = ::operator new(block_bytes, std::align_val_t(block_bytes));
-    auto* b = ::new (p) block_header;
+    auto* b = ::new (::operator new(block_bytes)) block_header;
     b->queue = this;
-    completion* it = items(b);
-    for (std::size_t i = 0; i < per_block; ++i) ::new (static_cast<void*>(it + i)) completion;
+    prefault(b, block_bytes);
     push_spare(b);
   }
 
@@ -192,11 +226,11 @@ class completion_queue {
     }
   }
 
+  // Its records were all destroyed (or never made): each one completed or was destroyed
+  // by the scheduler before the service is destroyed.
   static void destroy_block(block_header* b) noexcept {
-    completion* it = items(b);
-    for (std::size_t i = 0; i < per_block; ++i) it[i].~completion();
     b->~block_header();
-    ::operator delete(static_cast<void*>(b), std::align_val_t(block_bytes));
+    ::operator delete(static_cast<void*>(b));
   }
 
   static void free_chain(block_header* b) noexcept {
@@ -222,7 +256,9 @@ inline void completion::do_complete(void* owner, scheduler_op* base,
   handler_box handler;
   handler.take(self->box);
   const wait_result result = self->result();
-  completion_queue::release(*self);
+  void* block = completion_queue::block_of(*self);
+  self->~completion();
+  completion_queue::release(block);
   handler.complete(result, owner != nullptr);
 }
 
