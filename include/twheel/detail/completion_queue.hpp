@@ -91,8 +91,7 @@ class completion final : public scheduler_op {
 };
 
 class completion_queue {
-  // 64 KiB: a block costs one allocation and one atomic count per 1,364 records, and a
-  // reserved block touches one page (its header) until its records are used.
+  // 64 KiB: one allocation, one madvise and one atomic count per 1,364 records.
   static constexpr std::size_t block_bytes = 65536;
 
   struct block_header {
