@@ -1072,15 +1072,24 @@ BOOST_AUTO_TEST_CASE(bounded_passes_let_other_handlers_run) {
 // 7. Shutdown: destroying the context with pending waits
 // ---------------------------------------------------------------------------------------
 
-// The settled waits' records come in blocks of completion_queue::per_block. A block whose
-// records were all handed out and all completed is recycled by its last completion; when
-// that happened to the block records were being taken from, the context's destruction
-// freed it twice (seen as heap corruption in example_steady_timer_dropin, about one run in
-// 40). Batches that end exactly on, just before and just after a block boundary, then the
-// context destroyed: the ASan build reports any block freed twice or leaked.
+// The settled waits' records come in blocks (a context's first ones smaller, growing to
+// completion_queue::per_block). A block whose records were all handed out and all
+// completed is recycled by its last completion; when that happened to the block records
+// were being taken from, the context's destruction freed it twice (seen as heap corruption
+// in example_steady_timer_dropin, about one run in 40). Batches that end exactly on, just
+// before and just after each of the first blocks' boundaries, then the context destroyed:
+// the ASan build reports any block freed twice or leaked.
 BOOST_AUTO_TEST_CASE(records_ending_on_a_block_boundary_are_freed_once) {
-  constexpr std::size_t block = twheel::detail::completion_queue::per_block;
-  for (std::size_t batch : {block - 1, block, block + 1, 2 * block}) {
+  using queue = twheel::detail::completion_queue;
+  std::vector<std::size_t> batches;
+  std::size_t boundary = 0;
+  for (unsigned n = 0; n < 6; ++n) {  // the growing blocks, then one of full size
+    boundary += queue::records_in_block(n);
+    for (std::size_t batch : {boundary - 1, boundary, boundary + 1}) batches.push_back(batch);
+  }
+  BOOST_TEST(queue::records_in_block(0) < queue::records_in_block(1));
+  BOOST_TEST(queue::records_in_block(5) == queue::per_block);
+  for (std::size_t batch : batches) {
     for (int rounds : {1, 2, 3}) {  // later rounds reuse the recycled blocks
       std::size_t completed = 0;
       {

@@ -28,10 +28,11 @@
 // reservation, and at 1,000,000 timers half of arm's time went to memalign and to the page
 // faults of that first touch (perf record, 2026-11-27). A record now finds its block by
 // its index, kept in the operation's result field beside the result, and a new block's
-// pages are mapped by one system call (prefault.hpp) instead of sixteen page faults. They
+// pages are mapped by one system call (prefault.hpp) instead of a page fault each. They
 // are still mapped at reservation, as Asio's operations are at async_wait: left to fault
 // in when waits settle, cancel and expiry paid for them instead (cancel of 1,000,000
-// waits 75 against 43 to 58 ns, arm 78 against 86 to 111; bench_timers, 2026-11-27).
+// waits 75 to 80 against 43 to 58 ns; bench_timers, 2026-11-27). A queue's blocks grow
+// from one page to 64 KiB (see first_block_bytes).
 #ifndef TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 #define TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 
@@ -91,18 +92,35 @@ class completion final : public scheduler_op {
 };
 
 class completion_queue {
-  // 64 KiB: one allocation, one madvise and one atomic count per 1,364 records.
+  // A queue's first block is one page (84 records); each new block doubles, up to 64 KiB
+  // (one allocation, one madvise and one atomic count per 1,364 records). A context that
+  // only ever has a few waits (one per request, a test's) then makes and frees 4 KiB, not
+  // 64 KiB mapped by a system call: that block was about a fifth of the cost of a fresh
+  // context's first wait (bench_context, perf, 2026-11-27).
+  static constexpr std::size_t first_block_bytes = 4096;
   static constexpr std::size_t block_bytes = 65536;
 
   struct block_header {
     block_header* next = nullptr;
     completion_queue* queue = nullptr;
     std::atomic<std::size_t> released{0};
+    std::size_t capacity = 0;  // records
   };
 
+  static constexpr std::size_t records_in(std::size_t bytes) noexcept {
+    return (bytes - sizeof(block_header)) / sizeof(completion);
+  }
+
  public:
+  // The records of the largest block.
   static constexpr std::size_t per_block =
       (block_bytes - sizeof(block_header)) / sizeof(completion);
+  // The records of the n-th block a queue makes (0: its first).
+  static constexpr std::size_t records_in_block(unsigned n) noexcept {
+    std::size_t bytes = first_block_bytes;
+    for (; n != 0 && bytes < block_bytes; --n) bytes *= 2;
+    return records_in(bytes);
+  }
   static_assert(per_block < (std::size_t{1} << (32 - completion::result_bits)));
   static_assert(alignof(completion) <= alignof(block_header));
 
@@ -142,6 +160,7 @@ class completion_queue {
     if (tail_ == nullptr) {
       tail_ = take_spare();
       tail_index_ = 0;
+      tail_capacity_ = tail_->capacity;
     }
     // The record's life begins here and ends in do_complete: a reserved record that is
     // never used is never written.
@@ -151,7 +170,7 @@ class completion_queue {
     // A full block leaves our hands at once: the last of its records to be released
     // recycles it, possibly before any later emplace(), so tail_ must not keep it (the
     // destructor would free it twice, once as the tail and once as recycled).
-    if (tail_index_ == per_block) tail_ = nullptr;
+    if (tail_index_ == tail_capacity_) tail_ = nullptr;
     return c;
   }
 
@@ -166,7 +185,7 @@ class completion_queue {
   static void release(void* block) noexcept {
     auto* b = static_cast<block_header*>(block);
     if (fetch_add_if_threaded(b->released, std::size_t{1}, std::memory_order_acq_rel) + 1 ==
-        per_block) {
+        b->capacity) {
       b->queue->recycle(b);
     }
   }
@@ -177,20 +196,24 @@ class completion_queue {
   }
 
   std::size_t available() const noexcept {
-    return (tail_ ? per_block - tail_index_ : 0) + spares_ * per_block;
+    return (tail_ ? tail_capacity_ - tail_index_ : 0) + spare_records_;
   }
 
   void add_spare() {
-    auto* b = ::new (::operator new(block_bytes)) block_header;
+    const std::size_t bytes = next_block_bytes_;
+    auto* b = ::new (::operator new(bytes)) block_header;
     b->queue = this;
-    prefault(b, block_bytes);
+    b->capacity = records_in(bytes);
+    prefault(b, bytes);
     push_spare(b);
+    if (next_block_bytes_ < block_bytes) next_block_bytes_ *= 2;
   }
 
   void push_spare(block_header* b) noexcept {
     b->next = spare_;
     spare_ = b;
     ++spares_;
+    spare_records_ += b->capacity;
   }
 
   block_header* take_spare() noexcept {
@@ -200,6 +223,7 @@ class completion_queue {
     b->next = nullptr;
     b->released.store(0, std::memory_order_relaxed);
     --spares_;
+    spare_records_ -= b->capacity;
     return b;
   }
 
@@ -220,7 +244,7 @@ class completion_queue {
       push_spare(b);
       b = next;
     }
-    while (spares_ > 2 && available() - per_block >= reserved_ + 2 * per_block) {
+    while (spares_ > 2 && available() - spare_->capacity >= reserved_ + 2 * per_block) {
       destroy_block(take_spare());
     }
   }
@@ -242,9 +266,12 @@ class completion_queue {
 
   block_header* tail_ = nullptr;  // the block records are taken from
   std::size_t tail_index_ = 0;
+  std::size_t tail_capacity_ = 0;
   std::size_t reserved_ = 0;
   block_header* spare_ = nullptr;
   std::size_t spares_ = 0;
+  std::size_t spare_records_ = 0;  // the capacity of the spares
+  std::size_t next_block_bytes_ = first_block_bytes;
   std::atomic<block_header*> recycled_{nullptr};
 };
 
