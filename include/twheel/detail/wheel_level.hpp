@@ -6,8 +6,10 @@
 #include <boost/intrusive/list.hpp>
 
 #include <array>
+#include <cassert>
 #include <cstdint>
 #include <limits>
+#include <new>
 
 namespace twheel::detail {
 
@@ -69,6 +71,11 @@ template <class Entry>
 class wheel_level {
  public:
   wheel_level() noexcept { earliest_.fill(none); }
+  ~wheel_level() {
+    if (built_) lanes().~lane_table();
+  }
+  wheel_level(const wheel_level&) = delete;
+  wheel_level& operator=(const wheel_level&) = delete;
 
   // What push() returns when the entry made its slot crowded.
   static constexpr std::uint64_t made_crowded = std::numeric_limits<std::uint64_t>::max();
@@ -76,7 +83,8 @@ class wheel_level {
   // `deadline`: the entry's deadline tick, kept as the slot's earliest if it is. Returns
   // made_crowded if this entry made the slot crowded, else wake_hint(slot).
   std::uint64_t push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
-    slots_[slot][lane_of(deadline)].push_back(e);
+    build();
+    lanes()[slot][lane_of(deadline)].push_back(e);
     note_deadline(slot, deadline);
     if (++filed_[slot] == crowded_slot) return made_crowded;
     return wake_hint(slot);
@@ -92,7 +100,8 @@ class wheel_level {
   // later since or not) to the back of its lane in `slot`; `filed` is their count (a hint).
   void push_lane(unsigned slot, slot_list<Entry>& lane, std::uint64_t deadline,
                  std::uint32_t filed) noexcept {
-    auto& to = slots_[slot][lane_of(deadline)];
+    build();
+    auto& to = lanes()[slot][lane_of(deadline)];
     to.splice(to.end(), lane);
     note_deadline(slot, deadline);
     filed_[slot] += filed;
@@ -109,7 +118,7 @@ class wheel_level {
 
   // Unmarks `slot` if it holds no entry; returns whether it did.
   bool drop_if_emptied(unsigned slot) noexcept {
-    if (!all_empty(slots_[slot])) return false;
+    if (!all_empty(lanes()[slot])) return false;
     occupied_ &= ~(std::uint64_t{1} << slot);
     mixed_ &= ~(std::uint64_t{1} << slot);
     earliest_[slot] = none;
@@ -122,7 +131,7 @@ class wheel_level {
   unsigned take(unsigned slot, slot_lanes<Entry>& into) noexcept {
     unsigned taken = 0;
     for (unsigned lane = 0; lane < lanes_per_slot; ++lane) {
-      auto& from = slots_[slot][lane];
+      auto& from = lanes()[slot][lane];
       if (from.empty()) continue;
       into[lane].splice(into[lane].end(), from);
       taken |= 1u << lane;
@@ -137,12 +146,13 @@ class wheel_level {
   // Moves every entry of `other` to the same slot and lane here, with its slot's earliest
   // deadline and count; `other` is left empty. Entries keep naming the slot they are in.
   void merge(wheel_level& other) noexcept {
+    if (other.occupied_ != 0) build();
     for (std::uint64_t todo = other.occupied_; todo != 0; todo &= todo - 1) {
       const unsigned slot = ctz64(todo);
       const std::uint64_t earliest = other.earliest_[slot];
       const std::uint32_t filed = other.filed_[slot];
       const bool mixed = !other.uniform(slot);
-      if (other.take(slot, slots_[slot]) == 0) continue;  // emptied by removals
+      if (other.take(slot, lanes()[slot]) == 0) continue;  // emptied by removals
       if (mixed) mixed_ |= std::uint64_t{1} << slot;
       note_deadline(slot, earliest);
       filed_[slot] += filed;
@@ -163,7 +173,7 @@ class wheel_level {
   // or a search finds it empty: drop_if_emptied()).
   std::uint64_t occupied() const noexcept { return occupied_; }
   // Whether an occupied slot holds entries.
-  bool holds(unsigned slot) const noexcept { return !all_empty(slots_[slot]); }
+  bool holds(unsigned slot) const noexcept { return !all_empty(lanes()[slot]); }
 
   // No entry of `slot` had an earlier deadline tick when it was filed. Removals leave it
   // as it was and later deadlines only grow, so it stays a lower bound.
@@ -194,9 +204,36 @@ class wheel_level {
     if (deadline < earliest_[slot]) earliest_[slot] = deadline;
   }
 
+  using lane_table = std::array<slot_lanes<Entry>, slots_per_level>;
+
+  // The lanes (8 KiB of list heads, each pointing at itself when empty) are made when
+  // the level is first filed into: most contexts use a level or two of six, and making
+  // all seven (with the staging level) was close to half of what a fresh context's first
+  // wait cost beyond Asio's (bench_context under perf, 2026-11-27). A level not built
+  // holds no entry, so none of its slots is occupied, and every reader of a slot's lanes
+  // asks only about occupied slots, or about the slot of an entry it holds (the assertion
+  // in lanes() checks it in debug builds).
+  void build() noexcept {
+    if (__builtin_expect(!built_, 0)) make_lanes();
+  }
+  // Out of line and cold: the check is all that push() pays.
+  [[gnu::cold, gnu::noinline]] void make_lanes() noexcept {
+    ::new (static_cast<void*>(storage_)) lane_table();
+    built_ = true;
+  }
+  lane_table& lanes() noexcept {
+    assert(built_);
+    return *std::launder(reinterpret_cast<lane_table*>(storage_));
+  }
+  const lane_table& lanes() const noexcept {
+    assert(built_);
+    return *std::launder(reinterpret_cast<const lane_table*>(storage_));
+  }
+
   std::uint64_t occupied_ = 0;
   std::uint64_t mixed_ = 0;  // occupied slots holding more than one deadline tick
-  std::array<slot_lanes<Entry>, slots_per_level> slots_;
+  bool built_ = false;
+  alignas(lane_table) unsigned char storage_[sizeof(lane_table)];
   std::array<std::uint64_t, slots_per_level> earliest_;
   std::array<std::uint32_t, slots_per_level> filed_{};
 };
