@@ -35,7 +35,7 @@ if [ "$build" = build-bench ]; then
 elif [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTWHEEL_WERROR=ON >/dev/null
 fi
-programs=(bench_timers bench_threads bench_adapters)
+programs=(bench_timers bench_threads bench_adapters bench_context)
 [ -n "$quick" ] || programs+=(bench_timing_wheel)
 cmake --build "$build" --target "${programs[@]}" -j"$(nproc)" >/dev/null
 if ! grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$build/CMakeCache.txt"; then
@@ -71,7 +71,7 @@ run() {
   echo
 }
 echo "program,workload,n,asio,twheel,ratio,unit" >"$csv"
-for prog in bench_timers bench_threads bench_adapters; do
+for prog in bench_timers bench_threads bench_adapters bench_context; do
   : >"$log"
   run "$prog" $quick
   grep '^csv,' "$log" | sed "s/^csv,/$prog,/" >>"$csv"
