@@ -64,10 +64,7 @@ double context_floor(std::size_t n, counts& c) {
   const auto t0 = clock_type::now();
   for (std::size_t i = 0; i < n; ++i) {
     asio::io_context ctx;
-    asio::post(ctx, [&c] {
-      ++c.calls;
-      ++c.aborted;
-    });
+    asio::post(ctx, [&c] { ++c.calls; });
     ctx.run();
   }
   return us_since(t0) / static_cast<double>(n);
@@ -94,10 +91,12 @@ int main(int argc, char** argv) {
     f.push_back(context_floor(n, cf));
   }
   const long expected = static_cast<long>(n) * reps;
+  // Every timer's handler ran once, aborted; every post's handler ran once.
   for (const counts* c : {&ca, &ct, &cf}) {
-    if (c->calls != expected || c->aborted != expected) {
+    const long aborted_expected = c == &cf ? 0 : expected;
+    if (c->calls != expected || c->aborted != aborted_expected) {
       std::printf("bench_context: handlers asio %ld/%ld twheel %ld/%ld floor %ld/%ld "
-                  "(run/aborted), expected %ld each\n",
+                  "(run/aborted), expected %ld run, all aborted but the floor's\n",
                   ca.calls, ca.aborted, ct.calls, ct.aborted, cf.calls, cf.aborted, expected);
       return 1;
     }

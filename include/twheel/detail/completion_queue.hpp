@@ -266,7 +266,7 @@ class completion_queue {
 
   block_header* tail_ = nullptr;  // the block records are taken from
   std::size_t tail_index_ = 0;
-  std::size_t tail_capacity_ = 0;
+  std::size_t tail_capacity_ = 0;  // tail_->capacity, kept here: emplace() loads no block
   std::size_t reserved_ = 0;
   block_header* spare_ = nullptr;
   std::size_t spares_ = 0;
