@@ -102,10 +102,7 @@ void wheel_service::hand_over(settled& batch) noexcept {
   deferred_.push(batch.ops);
   deferred_count_ += batch.count;
   batch.count = 0;
-  if (!flush_queued_) {
-    flush_queued_ = true;
-    scheduler_->post_immediate_completion(&flush_, false);
-  }
+  queue_flush();
 }
 
 // Gives settled waits to the context at once. Asio's scheduler counts the batch's work with

@@ -276,6 +276,18 @@ class wheel_service : public boost::asio::execution_context::service {
                            detail::wait_result result, settled& out) noexcept;
   std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept;
   void hand_over(settled& batch) noexcept;
+  // hand_over() of one record, for a context with Asio's scheduler that is not shut down.
+  void defer(detail::completion& record) noexcept {
+    deferred_.push(&record);
+    ++deferred_count_;
+    queue_flush();
+  }
+  void queue_flush() noexcept {
+    if (!flush_queued_) {
+      flush_queued_ = true;
+      scheduler_->post_immediate_completion(&flush_, false);
+    }
+  }
   void hand_over_now(settled& batch) noexcept;
   detail::completion* keep_first(settled& batch) noexcept;
   void flush_aborted(bool invoke);

@@ -44,6 +44,9 @@ struct box_vtable {
   void (*relocate)(unsigned char* from, unsigned char* to) noexcept;
   // Consumes the content: invokes the handler with `result` if `invoke`, and destroys it.
   void (*complete)(unsigned char* storage, wait_result result, bool invoke);
+  // The content may be moved as bytes (a lambda capturing pointers): take() then copies
+  // the storage instead of calling relocate, twice per re-arm.
+  bool trivial;
 };
 
 class handler_box {
@@ -59,7 +62,12 @@ class handler_box {
   // Takes the content of `other` (this box must be empty); `other` ends up empty.
   void take(handler_box& other) noexcept {
     vt_ = std::exchange(other.vt_, nullptr);
-    if (vt_) vt_->relocate(other.storage_, storage_);
+    if (vt_ == nullptr) return;
+    if (vt_->trivial) {
+      std::memcpy(storage_, other.storage_, capacity);
+    } else {
+      vt_->relocate(other.storage_, storage_);
+    }
   }
 
   template <class Handler>
@@ -135,7 +143,9 @@ struct boxed_handler {
     h->~Handler();
     if (invoke) std::move(handler)(error_of(result));
   }
-  static constexpr box_vtable vtable{&relocate, &complete};
+  static constexpr box_vtable vtable{
+      &relocate, &complete,
+      std::is_trivially_copyable_v<Handler> && std::is_trivially_destructible_v<Handler>};
 };
 
 template <class Handler>
@@ -172,7 +182,7 @@ struct boxed_op {
       op->destroy();
     }
   }
-  static constexpr box_vtable vtable{&relocate, &complete};
+  static constexpr box_vtable vtable{&relocate, &complete, true};
 };
 
 inline void handler_box::emplace_op(wait_op* op) noexcept {
