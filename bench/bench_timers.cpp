@@ -12,8 +12,9 @@
 //           plus the ctx.poll() that runs the M aborted handlers: ns per re-arm, aborted
 //           handler included.
 //   floor   churn's picks and memory pattern with no timer library (see bench_floor):
-//           what the machine itself costs; also with a mutex per pick, and churn as a
-//           multiple of it (runs with churn).
+//           what the machine itself costs; also with a mutex per pick, with a clock read,
+//           prefetched, with picks as long as a re-arm, and churn as a multiple of it
+//           (runs with churn).
 //   cancel  N timers armed (not timed); time cancel() on each plus the ctx.poll() that
 //           runs the N aborted handlers: ns per timer. Beside it, handler-floor: N
 //           handlers of the same kind posted to an io_context (not timed), then the poll()
@@ -375,7 +376,32 @@ double bench_churn(std::size_t n, const inputs& in) {
 //   twheel's expires_after() does: the fence does not wait for a prefetch, so the miss
 //   overlaps the clock read and the picks around it again. The lowest of the three
 //   that keeps expires_after()'s contract.
-enum class floor_kind { plain, locked, clocked, prefetched };
+// - long: prefetched, plus about 380 instructions of work per pick that touch no memory
+//   (four independent chains of register adds), as long as a twheel re-arm (callgrind:
+//   about 380 instructions for expires_after + async_wait). A short pick leaves the next
+//   picks' prefetches inside the processor's reorder window, so their misses overlap; a
+//   pick this long does not, and each miss is paid in full. What twheel's churn would
+//   cost if its instructions cost nothing beyond their own execution.
+enum class floor_kind { plain, locked, clocked, prefetched, prefetched_long };
+
+// About 380 instructions of register work (64 iterations of four adds, a decrement and a
+// branch); the asm is volatile, so the compiler keeps it.
+inline std::int64_t work_of_a_rearm(std::int64_t x) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  std::int64_t a = x, b = x + 1, c = x + 2, d = x + 3;
+  long i = 64;
+  asm volatile(
+      "1:\n\t"
+      "add $1, %0\n\tadd $1, %1\n\tadd $1, %2\n\tadd $1, %3\n\t"
+      "dec %4\n\tjnz 1b"
+      : "+r"(a), "+r"(b), "+r"(c), "+r"(d), "+r"(i));
+  return a ^ b ^ c ^ d;
+#else
+  volatile std::int64_t v = x;
+  for (int i = 0; i < 64; ++i) v = v + 1;
+  return v;
+#endif
+}
 
 struct floor_object {
   void (*fn)(floor_object*, counters*);
@@ -401,11 +427,12 @@ template <floor_kind Kind>
   for (std::size_t j = 0; j < m; ++j) {
     floor_object& o = objects[in.pick[j]];
     if constexpr (Kind == floor_kind::locked) mutex.lock();
-    if constexpr (Kind == floor_kind::clocked || Kind == floor_kind::prefetched) {
-      if constexpr (Kind == floor_kind::prefetched) __builtin_prefetch(&o, 1);
+    if constexpr (Kind != floor_kind::plain && Kind != floor_kind::locked) {
+      if constexpr (Kind != floor_kind::clocked) __builtin_prefetch(&o, 1);
       const std::int64_t now = clock_type::now().time_since_epoch().count();
       if (o.waiting) ready[queued++] = &o;  // always true: every object has a wait
       o.deadline = now + in.rearm_ns[j];
+      if constexpr (Kind == floor_kind::prefetched_long) (void)work_of_a_rearm(now);
     } else {
       o.deadline = start + in.rearm_ns[j];
       ready[queued++] = &o;
@@ -1033,12 +1060,13 @@ int main(int argc, char** argv) {
       add_row("churn", n, a, t, "ns/op",
               "(" + std::to_string(m) + " re-arms; aborted handler included)", false);
       if (wants(workloads, "floor")) {
-        std::vector<double> f, fl, fc, fp;
+        std::vector<double> f, fl, fc, fp, fpl;
         for (int rep = 0; rep < reps; ++rep) {
           f.push_back(bench_floor<floor_kind::plain>(n, in));
           fl.push_back(bench_floor<floor_kind::locked>(n, in));
           fc.push_back(bench_floor<floor_kind::clocked>(n, in));
           fp.push_back(bench_floor<floor_kind::prefetched>(n, in));
+          fpl.push_back(bench_floor<floor_kind::prefetched_long>(n, in));
         }
         // The floor is the machine's, not a library's: the same value in both columns.
         g_report.add(bench::row{"floor", n, bench::median(f), bench::median(f), bench::na,
@@ -1054,6 +1082,10 @@ int main(int argc, char** argv) {
         g_report.add(bench::row{"floor-clock-prefetch", n, bench::median(fp), bench::median(fp),
                                 bench::na, "ns/op",
                                 "(the same, the object prefetched before the clock read)"},
+                     bench::better::none);
+        g_report.add(bench::row{"floor-long-pick", n, bench::median(fpl), bench::median(fpl),
+                                bench::na, "ns/op",
+                                "(the same, each pick ~380 instructions long, as a re-arm)"},
                      bench::better::none);
         const double floor_ns = bench::median(f);
         g_report.add(bench::row{"churn/floor", n, a.empty() ? bench::na : bench::median(a) / floor_ns,
