@@ -377,25 +377,27 @@ double bench_churn(std::size_t n, const inputs& in) {
 //   overlaps the clock read and the picks around it again. The lowest of the three
 //   that keeps expires_after()'s contract.
 // - long: prefetched, plus about 380 instructions of work per pick that touch no memory
-//   (four independent chains of register adds), as long as a twheel re-arm (callgrind:
+//   (eight independent chains of register adds), as long as a twheel re-arm (callgrind:
 //   about 380 instructions for expires_after + async_wait). A short pick leaves the next
 //   picks' prefetches inside the processor's reorder window, so their misses overlap; a
 //   pick this long does not, and each miss is paid in full. What twheel's churn would
 //   cost if its instructions cost nothing beyond their own execution.
 enum class floor_kind { plain, locked, clocked, prefetched, prefetched_long };
 
-// About 380 instructions of register work (64 iterations of four adds, a decrement and a
-// branch); the asm is volatile, so the compiler keeps it.
+// About 380 instructions of register work (38 iterations of eight independent adds, a
+// decrement and a branch); the asm is volatile, so the compiler keeps it.
 inline std::int64_t work_of_a_rearm(std::int64_t x) {
 #if defined(__GNUC__) && defined(__x86_64__)
-  std::int64_t a = x, b = x + 1, c = x + 2, d = x + 3;
-  long i = 64;
+  std::int64_t a = x, b = x + 1, c = x + 2, d = x + 3, e = x + 4, f = x + 5, g = x + 6,
+               h = x + 7;
+  long i = 38;
   asm volatile(
       "1:\n\t"
       "add $1, %0\n\tadd $1, %1\n\tadd $1, %2\n\tadd $1, %3\n\t"
-      "dec %4\n\tjnz 1b"
-      : "+r"(a), "+r"(b), "+r"(c), "+r"(d), "+r"(i));
-  return a ^ b ^ c ^ d;
+      "add $1, %4\n\tadd $1, %5\n\tadd $1, %6\n\tadd $1, %7\n\t"
+      "dec %8\n\tjnz 1b"
+      : "+r"(a), "+r"(b), "+r"(c), "+r"(d), "+r"(e), "+r"(f), "+r"(g), "+r"(h), "+r"(i));
+  return a ^ b ^ c ^ d ^ e ^ f ^ g ^ h;
 #else
   volatile std::int64_t v = x;
   for (int i = 0; i < 64; ++i) v = v + 1;
