@@ -70,17 +70,11 @@ std::size_t wheel_service::settle_waits(detail::timer_state& timer, std::size_t 
   return count;
 }
 
-std::size_t wheel_service::abort_waits(detail::timer_state& timer, std::size_t max) noexcept {
+std::size_t wheel_service::abort_settled(detail::timer_state& timer, std::size_t max) noexcept {
   settled aborted;
   const std::size_t count = settle_waits(timer, max, detail::wait_result::aborted, aborted);
-  if (count != 0) {
-    stats_.pending -= count;
-    stats_.cancelled += count;
-    hand_over(aborted);
-    // No wait left: nothing may keep run() from returning.
-    if (stats_.pending == 0) disarm_driver();
-  }
-  return count;
+  hand_over(aborted);
+  return count == 0 ? 0 : after_abort(count);
 }
 
 // Gives settled waits to the context, each one operation. Called under the lock, so that

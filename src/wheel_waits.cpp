@@ -120,18 +120,6 @@ bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) 
 // timer's destruction unlinks it.
 std::size_t wheel_service::cancel(detail::timer_state& timer) {
   lock_type lock(mutex_);
-  // A re-arm's usual case, one wait whose handler is boxed, in a straight line: through
-  // abort_waits() (four calls deep) a cancel took 190 instructions, this way 91 (callgrind).
-  if (timer.waits.empty() && !timer.box.empty() && scheduler_ && !shut_down_) {
-    detail::completion& c = records_.emplace();
-    c.box.take(timer.box);
-    c.set_result(detail::wait_result::aborted);
-    --stats_.pending;
-    ++stats_.cancelled;
-    defer(c);
-    if (stats_.pending == 0) disarm_driver();
-    return 1;
-  }
   return abort_waits(timer, static_cast<std::size_t>(-1));
 }
 

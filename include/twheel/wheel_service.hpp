@@ -274,7 +274,27 @@ class wheel_service : public boost::asio::execution_context::service {
   void settle_op(detail::wait_op* op, detail::wait_result result, settled& out) noexcept;
   std::size_t settle_waits(detail::timer_state& timer, std::size_t max,
                            detail::wait_result result, settled& out) noexcept;
-  std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept;
+  // Aborts up to `max` waits of `timer`, oldest first; returns how many. A re-arm's usual
+  // case, one boxed wait, is deferred at once without a batch: a cancel took 190
+  // instructions through settle_waits() and hand_over(), 91 this way (callgrind).
+  std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept {
+    if (max != 0 && timer.waits.empty() && !timer.box.empty() && scheduler_ && !shut_down_) {
+      detail::completion& c = records_.emplace();
+      c.box.take(timer.box);
+      c.set_result(detail::wait_result::aborted);
+      defer(c);
+      return after_abort(1);
+    }
+    return abort_settled(timer, max);
+  }
+  std::size_t abort_settled(detail::timer_state& timer, std::size_t max) noexcept;
+  std::size_t after_abort(std::size_t count) noexcept {
+    stats_.pending -= count;
+    stats_.cancelled += count;
+    // No wait left: nothing may keep run() from returning.
+    if (stats_.pending == 0) disarm_driver();
+    return count;
+  }
   void hand_over(settled& batch) noexcept;
   // hand_over() of one record, for a context with Asio's scheduler that is not shut down.
   void defer(detail::completion& record) noexcept {
