@@ -19,7 +19,8 @@
 //
 // Prints the table as it goes, then every row again as a "csv," line (bench_report.hpp).
 //
-// Usage: bench_adapters [--quick]
+// Usage: bench_adapters [--quick] [--workloads cancel_after,touch] [--sizes N,...] [--reps R]
+//   --quick: 3 repetitions at 10,000 and 100,000 (default: 5 at 10,000 to 1,000,000).
 #include "bench_report.hpp"
 
 #include <twheel/cancel_after.hpp>
@@ -36,11 +37,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -249,19 +252,73 @@ double touch_asio(std::size_t n, std::size_t ops, std::uint64_t seed) {
   return ns;
 }
 
+// "a,b,c" -> its parts.
+std::vector<std::string> split(const char* s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (; *s; ++s) {
+    if (*s == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += *s;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+int usage() {
+  std::fprintf(stderr, "usage: bench_adapters [--quick] [--workloads cancel_after,touch] "
+                       "[--sizes N,...] [--reps R]\n");
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  const int reps = quick ? 3 : 5;
+  bool quick = false;
+  std::vector<std::string> workloads{"cancel_after", "touch"};
+  std::vector<std::size_t> sizes;
+  int reps = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--workloads" && i + 1 < argc) {
+      workloads = split(argv[++i]);
+      for (const auto& w : workloads) {
+        if (w != "cancel_after" && w != "touch") return usage();
+      }
+    } else if (arg == "--sizes" && i + 1 < argc) {
+      for (const auto& n : split(argv[++i])) {
+        const long v = std::atol(n.c_str());
+        if (v <= 0) return usage();
+        sizes.push_back(static_cast<std::size_t>(v));
+      }
+    } else if (arg == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+      if (reps <= 0) return usage();
+    } else {
+      return usage();
+    }
+  }
+  if (reps == 0) reps = quick ? 3 : 5;
+  if (sizes.empty()) {
+    sizes = quick ? std::vector<std::size_t>{10000, 100000}
+                  : std::vector<std::size_t>{10000, 100000, 1000000};
+  }
+  const auto wants = [&](const char* w) {
+    return std::find(workloads.begin(), workloads.end(), w) != workloads.end();
+  };
   std::printf("bench_adapters: asio = what a program does without twheel; ratio = asio/twheel; "
               "%d repetitions, interleaved, medians\n", reps);
   std::printf("load average at start: %s\n", bench::loadavg().c_str());
   bench::print_header();
   bench::report report;
 
-  for (std::size_t n : quick ? std::vector<std::size_t>{10000, 100000}
-                             : std::vector<std::size_t>{10000, 100000, 1000000}) {
+  for (std::size_t n : sizes) {
+    if (!wants("cancel_after")) break;
     std::vector<double> a, t, f;
     long done_a = 0, done_t = 0, done_f = 0;
     for (int r = 0; r < reps; ++r) {
@@ -282,8 +339,8 @@ int main(int argc, char** argv) {
                bench::better::none);
   }
 
-  for (std::size_t n : quick ? std::vector<std::size_t>{10000, 100000}
-                             : std::vector<std::size_t>{10000, 100000, 1000000}) {
+  for (std::size_t n : sizes) {
+    if (!wants("touch")) break;
     const std::size_t ops = std::min<std::size_t>(n, 200000);
     std::vector<double> a, t, fc, fw;
     for (int r = 0; r < reps; ++r) {
