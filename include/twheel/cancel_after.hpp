@@ -181,15 +181,9 @@ class cancel_after_initiation {
     wheel_service& svc = service_ ? *service_ : find_service(io_ex, ex);
     // A relative timeout counts from now: with deferred, from the launch.
     const auto deadline = timeout_ ? deadline_after(*timeout_) : deadline_;
-    state_type* state = state_type::create(svc, h, ex, type_);
     // The timeout is filed first: after the initiation, a failure could no longer be
     // reported by throwing (the operation would be running, its handler accepted).
-    try {
-      state->file(svc.wheel_time(deadline));
-    } catch (...) {
-      state->discard();
-      throw;
-    }
+    state_type* state = state_type::create_filed(svc, h, ex, type_, svc.wheel_time(deadline));
     // The handler's own cancellation slot (cancel_after(t, bind_cancellation_slot(slot,
     // h))) is forwarded into the timeout's now, while a failure to allocate the forwarder
     // can still be thrown with nothing started.
@@ -250,8 +244,10 @@ class cancel_after_initiation {
 /// The timeout counts from the operation's initiation (for deferred, from its launch).
 /// The I/O executor is found through Asio's token adapters applied around this token
 /// (as_tuple, redirect_error, bind_executor, ...); if there is none, the handler's
-/// associated executor names the wheel. The timeout's state is one allocation per
-/// operation, through the handler's associated allocator.
+/// associated executor names the wheel. The timeout's state is one block of memory per
+/// operation: through the handler's associated allocator when it has one; otherwise from
+/// blocks the wheel recycles (taken under the lock that files the timeout), which the
+/// wheel keeps, as many as were ever in flight at once, until its context is destroyed.
 ///
 /// @param timeout How long the operation may run; a negative timeout counts as zero, a
 /// far one saturates.

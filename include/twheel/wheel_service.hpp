@@ -4,6 +4,7 @@
 
 #include <twheel/detail/completion_queue.hpp>
 #include <twheel/detail/asio_scheduler.hpp>
+#include <twheel/detail/block_pool.hpp>
 #include <twheel/detail/op_queue.hpp>
 #include <twheel/detail/service_lock.hpp>
 #include <twheel/detail/timer_state.hpp>
@@ -188,6 +189,22 @@ class wheel_service : public boost::asio::execution_context::service {
   /// Takes back an op filed by schedule(); see there.
   bool unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept;
 
+  /// The size of the blocks schedule_new() makes states in.
+  static constexpr std::size_t state_block_size = 192;
+  /// schedule() of a State (a wait_op with an `entry()`, the timer_state it is filed
+  /// under) that `make(block)` constructs, without throwing, in a block of
+  /// state_block_size bytes of memory the service recycles: the block is taken, the
+  /// state made and filed under one acquisition of the lock. Defined in
+  /// impl/wheel_service.hpp.
+  ///
+  /// @throws std::bad_alloc with nothing made, or, once made, with the state given to
+  /// `discard(state)` unfiled.
+  template <class State, class Make, class Discard>
+  State* schedule_new(std::chrono::nanoseconds deadline, Make make, Discard discard);
+  /// Gives back the block of a state made by schedule_new(), already destroyed. From any
+  /// thread, until the service is destroyed.
+  void free_state_block(void* block) noexcept { state_blocks_.give_back(block); }
+
   /// Called by a wait's cancellation slot handler when emitted: aborts that wait.
   void cancel_wait(detail::wait_canceller& canceller) noexcept;
   /// Called when a wait's cancellation slot handler is destroyed: cuts its link.
@@ -338,6 +355,9 @@ class wheel_service : public boost::asio::execution_context::service {
   std::optional<detail::wheel_driver> driver_;  // made by the first attach
   wheel_stats stats_;
   std::atomic<bool> epoch_in_use_{false};      // an idle timer was made: set once
+  // cancel_after's states: as many blocks as were ever in flight at once, kept until the
+  // service is destroyed.
+  detail::basic_block_pool<state_block_size> state_blocks_{0};
 };
 
 }  // namespace twheel

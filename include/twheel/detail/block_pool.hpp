@@ -1,18 +1,25 @@
 // twheel/detail/block_pool.hpp: recycled memory for the operations the service posts to
-// its context (drains and driver waits), and an allocator that draws from it.
+// its context (drains and driver waits) and for cancel_after's states, and an allocator
+// that draws from it.
 //
 // Why: the service posts one drain per completed handler; a malloc and a free each would
 // cost more than the rest of the drain. Blocks are kept and reused instead: taken under
 // the service's lock (a pop from a private list), given back by Asio from whichever thread
 // ran the operation (a push onto a shared list, one compare-exchange), and the shared list
 // is taken over whole when the private one runs dry, so there is no ABA problem. The pool
-// keeps as many blocks as were ever in flight at once.
+// keeps as many blocks as were ever in flight at once, carved from chunks that are freed
+// with it.
 //
 // The cancel and destroy paths must not allocate: the blocks of drains are all back in the
 // pool whenever no drain is in flight, and a few are made up front, so posting the first
 // drain never allocates.
+//
+// A give-back is one compare-exchange, or a plain store while the process has one thread
+// (process_threads.hpp).
 #ifndef TWHEEL_DETAIL_BLOCK_POOL_HPP
 #define TWHEEL_DETAIL_BLOCK_POOL_HPP
+
+#include <twheel/detail/process_threads.hpp>
 
 #include <boost/asio/recycling_allocator.hpp>
 
@@ -22,54 +29,49 @@
 
 namespace twheel::detail {
 
-class block_pool {
+template <std::size_t BlockSize>
+class basic_block_pool {
  public:
-  static constexpr std::size_t block_size = 128;
+  static constexpr std::size_t block_size = BlockSize;
+  static_assert(block_size % alignof(std::max_align_t) == 0);
 
-  explicit block_pool(std::size_t initial = 4) {
-    try {
-      for (std::size_t i = 0; i < initial; ++i) give_back(::operator new(block_size));
-    } catch (...) {
-      // No destructor runs for a constructor that throws: free the blocks made so far
-      // (LeakSanitizer found them under the fault-injection test).
-      release(shared_.exchange(nullptr, std::memory_order_acquire));
-      throw;
+  explicit basic_block_pool(std::size_t initial = 4) { reserve(initial); }
+  basic_block_pool(const basic_block_pool&) = delete;
+  basic_block_pool& operator=(const basic_block_pool&) = delete;
+  ~basic_block_pool() {
+    while (chunks_) {
+      chunk* next = chunks_->next;
+      ::operator delete(chunks_);
+      chunks_ = next;
     }
-  }
-  block_pool(const block_pool&) = delete;
-  block_pool& operator=(const block_pool&) = delete;
-  ~block_pool() {
-    release(private_);
-    release(shared_.exchange(nullptr, std::memory_order_acquire));
   }
 
   // A block; under the owner's lock. Throws std::bad_alloc.
   void* take() {
-    if (private_ == nullptr) private_ = shared_.exchange(nullptr, std::memory_order_acquire);
-    if (node* n = private_) {
-      private_ = n->next;
-      return n;
-    }
-    return ::operator new(block_size);
+    if (node* n = pop()) return n;
+    if (spare_ == spare_end_) grow(0);
+    void* p = spare_;
+    spare_ += block_size;
+    return p;
   }
 
   // Makes sure the next `n` take()s do not allocate; under the owner's lock. Throws
-  // std::bad_alloc with nothing changed but the blocks already made kept.
+  // std::bad_alloc with nothing changed but the chunks already made kept.
   void reserve(std::size_t n) {
-    if (private_ == nullptr) private_ = shared_.exchange(nullptr, std::memory_order_acquire);
-    std::size_t have = 0;
+    if (private_ == nullptr) private_ = take_shared();
+    std::size_t have = static_cast<std::size_t>(spare_end_ - spare_) / block_size;
     for (node* p = private_; p != nullptr && have < n; p = p->next) ++have;
-    for (; have < n; ++have) {
-      node* fresh = ::new (::operator new(block_size)) node;
-      fresh->next = private_;
-      private_ = fresh;
-    }
+    if (have < n) grow(n - have);
   }
 
   // From any thread.
   void give_back(void* p) noexcept {
     node* n = ::new (p) node;
     n->next = shared_.load(std::memory_order_relaxed);
+    if (single_threaded_process()) {
+      shared_.store(n, std::memory_order_relaxed);
+      return;
+    }
     while (!shared_.compare_exchange_weak(n->next, n, std::memory_order_release,
                                           std::memory_order_relaxed)) {
     }
@@ -79,18 +81,52 @@ class block_pool {
   struct node {
     node* next;
   };
+  // A chunk's header; its blocks follow, max_align_t-aligned.
+  struct alignas(std::max_align_t) chunk {
+    chunk* next;
+  };
+  // Chunks double from 4 blocks up to this many: a malloc per chunk rather than per
+  // block, and a pool that stays small keeps small chunks.
+  static constexpr std::size_t max_chunk_blocks = 256;
 
-  static void release(node* n) noexcept {
-    while (n) {
-      node* next = n->next;
-      ::operator delete(n);
-      n = next;
+  node* take_shared() noexcept {
+    if (shared_.load(std::memory_order_relaxed) == nullptr) return nullptr;
+    return shared_.exchange(nullptr, std::memory_order_acquire);
+  }
+
+  node* pop() noexcept {
+    if (private_ == nullptr) private_ = take_shared();
+    node* n = private_;
+    if (n) private_ = n->next;
+    return n;
+  }
+
+  // A new chunk of at least `at_least` blocks; what is left of the last one goes to the
+  // private list first.
+  void grow(std::size_t at_least) {
+    std::size_t blocks = next_chunk_blocks_ > at_least ? next_chunk_blocks_ : at_least;
+    auto* c = static_cast<chunk*>(::operator new(sizeof(chunk) + blocks * block_size));
+    for (; spare_ != spare_end_; spare_ += block_size) {
+      node* n = ::new (static_cast<void*>(spare_)) node;
+      n->next = private_;
+      private_ = n;
     }
+    c->next = chunks_;
+    chunks_ = c;
+    spare_ = reinterpret_cast<unsigned char*>(c + 1);
+    spare_end_ = spare_ + blocks * block_size;
+    if (next_chunk_blocks_ < max_chunk_blocks) next_chunk_blocks_ *= 2;
   }
 
   node* private_ = nullptr;
+  unsigned char* spare_ = nullptr;      // the last chunk's blocks never taken
+  unsigned char* spare_end_ = nullptr;
+  chunk* chunks_ = nullptr;
+  std::size_t next_chunk_blocks_ = 4;
   std::atomic<node*> shared_{nullptr};
 };
+
+using block_pool = basic_block_pool<128>;
 
 template <class T>
 class pool_allocator {

@@ -256,6 +256,29 @@ detail::wait_op* wheel_service::make_wait_op(Handler& handler, Executor&& ex) {
   }
 }
 
+template <class State, class Make, class Discard>
+State* wheel_service::schedule_new(std::chrono::nanoseconds deadline, Make make,
+                                   Discard discard) {
+  static_assert(sizeof(State) <= state_block_size &&
+                alignof(State) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+  lock_type lock(mutex_);
+  State* state = make(state_blocks_.take());  // take() may throw: nothing made yet
+  if (shut_down_) {
+    lock.unlock();
+    static_cast<detail::wait_op*>(state)->destroy();  // as schedule()
+    return state;
+  }
+  try {
+    records_.reserve();
+    file_op(state->entry(), deadline, state);
+  } catch (...) {
+    lock.unlock();
+    discard(state);
+    throw;
+  }
+  return state;
+}
+
 }  // namespace twheel
 
 #endif  // TWHEEL_IMPL_WHEEL_SERVICE_HPP
