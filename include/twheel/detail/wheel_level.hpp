@@ -72,7 +72,9 @@ class wheel_level {
  public:
   wheel_level() noexcept { earliest_.fill(none); }
   ~wheel_level() {
-    if (built_) lanes().~lane_table();
+    for (std::uint64_t todo = built_; todo != 0; todo &= todo - 1) {
+      lanes(ctz64(todo)).~slot_lanes<Entry>();
+    }
   }
   wheel_level(const wheel_level&) = delete;
   wheel_level& operator=(const wheel_level&) = delete;
@@ -83,8 +85,8 @@ class wheel_level {
   // `deadline`: the entry's deadline tick, kept as the slot's earliest if it is. Returns
   // made_crowded if this entry made the slot crowded, else wake_hint(slot).
   std::uint64_t push(unsigned slot, Entry& e, std::uint64_t deadline) noexcept {
-    build();
-    lanes()[slot][lane_of(deadline)].push_back(e);
+    build(slot);
+    lanes(slot)[lane_of(deadline)].push_back(e);
     note_deadline(slot, deadline);
     if (++filed_[slot] == crowded_slot) return made_crowded;
     return wake_hint(slot);
@@ -100,8 +102,8 @@ class wheel_level {
   // later since or not) to the back of its lane in `slot`; `filed` is their count (a hint).
   void push_lane(unsigned slot, slot_list<Entry>& lane, std::uint64_t deadline,
                  std::uint32_t filed) noexcept {
-    build();
-    auto& to = lanes()[slot][lane_of(deadline)];
+    build(slot);
+    auto& to = lanes(slot)[lane_of(deadline)];
     to.splice(to.end(), lane);
     note_deadline(slot, deadline);
     filed_[slot] += filed;
@@ -118,7 +120,7 @@ class wheel_level {
 
   // Unmarks `slot` if it holds no entry; returns whether it did.
   bool drop_if_emptied(unsigned slot) noexcept {
-    if (!all_empty(lanes()[slot])) return false;
+    if (built(slot) && !all_empty(lanes(slot))) return false;
     occupied_ &= ~(std::uint64_t{1} << slot);
     mixed_ &= ~(std::uint64_t{1} << slot);
     earliest_[slot] = none;
@@ -131,7 +133,7 @@ class wheel_level {
   unsigned take(unsigned slot, slot_lanes<Entry>& into) noexcept {
     unsigned taken = 0;
     for (unsigned lane = 0; lane < lanes_per_slot; ++lane) {
-      auto& from = lanes()[slot][lane];
+      auto& from = lanes(slot)[lane];
       if (from.empty()) continue;
       into[lane].splice(into[lane].end(), from);
       taken |= 1u << lane;
@@ -146,13 +148,13 @@ class wheel_level {
   // Moves every entry of `other` to the same slot and lane here, with its slot's earliest
   // deadline and count; `other` is left empty. Entries keep naming the slot they are in.
   void merge(wheel_level& other) noexcept {
-    if (other.occupied_ != 0) build();
     for (std::uint64_t todo = other.occupied_; todo != 0; todo &= todo - 1) {
       const unsigned slot = ctz64(todo);
       const std::uint64_t earliest = other.earliest_[slot];
       const std::uint32_t filed = other.filed_[slot];
       const bool mixed = !other.uniform(slot);
-      if (other.take(slot, lanes()[slot]) == 0) continue;  // emptied by removals
+      build(slot);
+      if (other.take(slot, lanes(slot)) == 0) continue;  // emptied by removals
       if (mixed) mixed_ |= std::uint64_t{1} << slot;
       note_deadline(slot, earliest);
       filed_[slot] += filed;
@@ -173,7 +175,7 @@ class wheel_level {
   // or a search finds it empty: drop_if_emptied()).
   std::uint64_t occupied() const noexcept { return occupied_; }
   // Whether an occupied slot holds entries.
-  bool holds(unsigned slot) const noexcept { return !all_empty(lanes()[slot]); }
+  bool holds(unsigned slot) const noexcept { return built(slot) && !all_empty(lanes(slot)); }
 
   // No entry of `slot` had an earlier deadline tick when it was filed. Removals leave it
   // as it was and later deadlines only grow, so it stays a lower bound.
@@ -204,36 +206,37 @@ class wheel_level {
     if (deadline < earliest_[slot]) earliest_[slot] = deadline;
   }
 
-  using lane_table = std::array<slot_lanes<Entry>, slots_per_level>;
-
-  // The lanes (8 KiB of list heads, each pointing at itself when empty) are made when
-  // the level is first filed into: most contexts use a level or two of six, and making
-  // all seven (with the staging level) was close to half of what a fresh context's first
-  // wait cost beyond Asio's (bench_context under perf, 2026-11-27). A level not built
-  // holds no entry, so none of its slots is occupied, and every reader of a slot's lanes
-  // asks only about occupied slots, or about the slot of an entry it holds (the assertion
-  // in lanes() checks it in debug builds).
-  void build() noexcept {
-    if (__builtin_expect(!built_, 0)) make_lanes();
+  // A slot's lanes (8 list heads, 128 bytes, each pointing at itself when empty) are
+  // made when the slot is first filed into: a fresh context's first wait used to make a
+  // whole level's (8 KiB, 512 heads: about 5,400 instructions and two or three pages
+  // touched, close to a third of that wait's instructions under callgrind), and most
+  // contexts use a few slots of a level or two. A slot not built holds no entry, so it is
+  // not occupied, and the readers of a slot's lanes ask about occupied slots (the
+  // assertion in lanes() checks it in debug builds), except holds() and drop_if_emptied():
+  // a staged entry names a slot of the level below that it is not filed in, which may
+  // never have been built. The test of the slot's bit on the filing path replaces a test
+  // of a level-wide flag.
+  bool built(unsigned slot) const noexcept { return (built_ >> slot & 1u) != 0; }
+  void build(unsigned slot) noexcept {
+    if (__builtin_expect(!built(slot), 0)) make_lanes(slot);
   }
-  // Out of line and cold: the check is all that push() pays.
-  [[gnu::cold, gnu::noinline]] void make_lanes() noexcept {
-    ::new (static_cast<void*>(storage_)) lane_table();
-    built_ = true;
+  [[gnu::cold, gnu::noinline]] void make_lanes(unsigned slot) noexcept {
+    ::new (static_cast<void*>(storage_[slot])) slot_lanes<Entry>();
+    built_ |= std::uint64_t{1} << slot;
   }
-  lane_table& lanes() noexcept {
-    assert(built_);
-    return *std::launder(reinterpret_cast<lane_table*>(storage_));
+  slot_lanes<Entry>& lanes(unsigned slot) noexcept {
+    assert(built(slot));
+    return *std::launder(reinterpret_cast<slot_lanes<Entry>*>(storage_[slot]));
   }
-  const lane_table& lanes() const noexcept {
-    assert(built_);
-    return *std::launder(reinterpret_cast<const lane_table*>(storage_));
+  const slot_lanes<Entry>& lanes(unsigned slot) const noexcept {
+    assert(built(slot));
+    return *std::launder(reinterpret_cast<const slot_lanes<Entry>*>(storage_[slot]));
   }
 
   std::uint64_t occupied_ = 0;
   std::uint64_t mixed_ = 0;  // occupied slots holding more than one deadline tick
-  bool built_ = false;
-  alignas(lane_table) unsigned char storage_[sizeof(lane_table)];
+  std::uint64_t built_ = 0;  // slots whose lanes are made
+  alignas(slot_lanes<Entry>) unsigned char storage_[slots_per_level][sizeof(slot_lanes<Entry>)];
   std::array<std::uint64_t, slots_per_level> earliest_;
   std::array<std::uint32_t, slots_per_level> filed_{};
 };
