@@ -1291,6 +1291,33 @@ BOOST_AUTO_TEST_CASE(cancellation_in_flight_at_shutdown_is_freed) {
   BOOST_TEST(mem.outstanding() == 0u, "blocks still allocated: " << mem.outstanding());
 }
 
+// The same without an allocator of the handler's own, and the handler's context
+// destroyed only after the wheel's: a state held by the cancellation queued there must
+// not live in memory that went with the wheel (its pool of blocks). The ASan build
+// reports a use after free if it did; here the handler's captures are counted.
+BOOST_AUTO_TEST_CASE(cancellation_queued_in_another_context_outlives_the_wheel) {
+  int calls = 0;
+  auto alive = std::make_shared<int>(0);
+  {
+    asio::io_context handler_ctx;  // destroyed last; never runs
+    {
+      asio::io_context io_ctx;
+      loopback lb(io_ctx);
+      auto p = lb.connect();
+      std::array<char, 4> buf{};
+      p.server.async_read_some(
+          asio::buffer(buf),
+          twheel::cancel_after(10ms, asio::bind_executor(handler_ctx,
+                                                         [&, alive](error_code, std::size_t) {
+                                                           ++calls;
+                                                         })));
+      BOOST_TEST_REQUIRE(run_until(io_ctx, [&] { return twheel::stats(io_ctx).fired == 1u; }));
+    }  // io_ctx destroyed, with its wheel: the read and its handler are destroyed
+    BOOST_TEST(alive.use_count() == 1);
+  }    // handler_ctx destroyed: the queued cancellation, which held the state, with it
+  BOOST_TEST(calls == 0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------

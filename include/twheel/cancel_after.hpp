@@ -245,9 +245,11 @@ class cancel_after_initiation {
 /// The I/O executor is found through Asio's token adapters applied around this token
 /// (as_tuple, redirect_error, bind_executor, ...); if there is none, the handler's
 /// associated executor names the wheel. The timeout's state is one block of memory per
-/// operation: through the handler's associated allocator when it has one; otherwise from
-/// blocks the wheel recycles (taken under the lock that files the timeout), which the
-/// wheel keeps, as many as were ever in flight at once, until its context is destroyed.
+/// operation: through the handler's associated allocator when it has one. Otherwise, when
+/// the handler's associated executor runs in the wheel's own context (its strands
+/// included), from blocks the wheel recycles (taken under the lock that files the
+/// timeout), which the wheel keeps, as many as were ever in flight at once, until its
+/// context is destroyed; else through Asio's recycling allocator.
 ///
 /// @param timeout How long the operation may run; a negative timeout counts as zero, a
 /// far one saturates.

@@ -33,7 +33,10 @@ template <std::size_t BlockSize>
 class basic_block_pool {
  public:
   static constexpr std::size_t block_size = BlockSize;
+  // Blocks are aligned for any object up to max_align_t: chunks come from operator new,
+  // and the blocks follow a max_align_t-aligned header at multiples of it.
   static_assert(block_size % alignof(std::max_align_t) == 0);
+  static_assert(alignof(std::max_align_t) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
 
   explicit basic_block_pool(std::size_t initial = 4) { reserve(initial); }
   basic_block_pool(const basic_block_pool&) = delete;
@@ -165,7 +168,7 @@ class pool_allocator {
 
   static constexpr bool fits(std::size_t n) noexcept {
     return n == 1 && sizeof(T) <= block_pool::block_size &&
-           alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+           alignof(T) <= alignof(std::max_align_t);
   }
 
   block_pool* pool_;

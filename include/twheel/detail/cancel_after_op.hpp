@@ -16,10 +16,14 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/execution/executor.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -45,39 +49,47 @@ class cancel_after_state : public wait_op {
 
   // Makes the state and files the timeout, before the operation is initiated: filing may
   // throw (bad_alloc), and the initiating call may only throw while nothing has started.
-  // Throws with nothing made or filed. Without an allocator of the handler's own, the
-  // state lives in a block the service recycles, taken under the lock that files it: a
-  // malloc and a free fewer per operation.
+  // Throws with nothing made or filed. Without an allocator of the handler's own, and
+  // with a handler that runs in the wheel's context, the state lives in a block the
+  // service recycles, taken under the lock that files it: a malloc and a free fewer per
+  // operation.
   template <class Handler>
   static cancel_after_state* create_filed(wheel_service& service, const Handler& handler,
                                           const Executor& ex,
                                           boost::asio::cancellation_type_t type,
                                           std::chrono::nanoseconds deadline) {
     Allocator alloc(op_allocator(handler));
-    if constexpr (pooled()) {
-      return service.schedule_new<cancel_after_state>(
-          deadline,
-          [&](void* block) noexcept {
-            return ::new (block) cancel_after_state(service, ex, alloc, type);
-          },
-          [](cancel_after_state* state) noexcept { state->discard(); });
-    } else {
-      using traits = std::allocator_traits<Allocator>;
-      cancel_after_state* p = traits::allocate(alloc, 1);
-      try {
-        ::new (static_cast<void*>(p)) cancel_after_state(service, ex, alloc, type);
-      } catch (...) {
-        traits::deallocate(alloc, p, 1);
-        throw;
+    if constexpr (poolable()) {
+      // The pool's memory goes with the wheel: only a state whose emission is queued (if
+      // at all) in the wheel's own context, and so destroyed by that context's shutdown
+      // before the wheel, may live there. A handler bound to another context's executor
+      // could hold the state in that context's queue after the wheel is gone.
+      if (in_context_of(service, ex)) {
+        return service.schedule_new<cancel_after_state>(
+            deadline,
+            [&](void* block) noexcept {
+              auto* state = ::new (block) cancel_after_state(service, ex, alloc, type);
+              state->pooled_ = true;
+              return state;
+            },
+            [](cancel_after_state* state) noexcept { state->discard(); });
       }
-      try {
-        service.schedule(p->entry_, deadline, p);
-      } catch (...) {
-        p->discard();
-        throw;
-      }
-      return p;
     }
+    using traits = std::allocator_traits<Allocator>;
+    cancel_after_state* p = traits::allocate(alloc, 1);
+    try {
+      ::new (static_cast<void*>(p)) cancel_after_state(service, ex, alloc, type);
+    } catch (...) {
+      traits::deallocate(alloc, p, 1);
+      throw;
+    }
+    try {
+      service.schedule(p->entry_, deadline, p);
+    } catch (...) {
+      p->discard();
+      throw;
+    }
+    return p;
   }
 
   // The timer_state the timeout is filed under (wheel_service::schedule_new()).
@@ -126,10 +138,19 @@ class cancel_after_state : public wait_op {
   ~cancel_after_state() = default;
 
   // The handler's associated allocator is Asio's default, and the state fits a block.
-  static constexpr bool pooled() noexcept {
+  static constexpr bool poolable() noexcept {
     return std::is_same_v<ProtoAllocator, boost::asio::recycling_allocator<void>> &&
            sizeof(cancel_after_state) <= wheel_service::state_block_size &&
-           alignof(cancel_after_state) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+           alignof(cancel_after_state) <= alignof(std::max_align_t);
+  }
+
+  // `ex` runs work in the wheel's own execution context (its strands included).
+  static bool in_context_of(wheel_service& service, const Executor& ex) {
+    if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+      return &boost::asio::query(ex, boost::asio::execution::context) == &service.context();
+    } else {
+      return false;  // an executor of the older model: not pooled
+    }
   }
 
   void release() noexcept {
@@ -139,15 +160,17 @@ class cancel_after_state : public wait_op {
   // Destroys the state and frees its memory: nothing holds it any more (or the timeout
   // could not be filed, and nothing else ever did).
   void discard() noexcept {
-    if constexpr (pooled()) {
-      wheel_service& service = service_;
-      this->~cancel_after_state();
-      service.free_state_block(this);
-    } else {
-      Allocator alloc(allocator_);
-      this->~cancel_after_state();
-      std::allocator_traits<Allocator>::deallocate(alloc, this, 1);
+    if constexpr (poolable()) {
+      if (pooled_) {
+        wheel_service& service = service_;
+        this->~cancel_after_state();
+        service.free_state_block(this);
+        return;
+      }
     }
+    Allocator alloc(allocator_);
+    this->~cancel_after_state();
+    std::allocator_traits<Allocator>::deallocate(alloc, this, 1);
   }
 
   static void on_timeout(wait_op* base, bool invoke) {
@@ -226,6 +249,7 @@ class cancel_after_state : public wait_op {
   enum : int { initiating, initiated, fired_early };
   std::atomic<int> phase_{initiating};
   bool forward_failed_ = false;  // set and read on the initiating thread
+  bool pooled_ = false;          // in a block of the wheel's pool, not from allocator_
 };
 
 // Installed in a caller's cancellation slot: forwards what the caller emits into the

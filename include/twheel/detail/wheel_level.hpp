@@ -212,10 +212,10 @@ class wheel_level {
   // touched, close to a third of that wait's instructions under callgrind), and most
   // contexts use a few slots of a level or two. A slot not built holds no entry, so it is
   // not occupied, and the readers of a slot's lanes ask about occupied slots (the
-  // assertion in lanes() checks it in debug builds), except holds() and drop_if_emptied():
-  // a staged entry names a slot of the level below that it is not filed in, which may
-  // never have been built. The test of the slot's bit on the filing path replaces a test
-  // of a level-wide flag.
+  // assertion in lanes() checks it in debug builds), except drop_if_emptied(): a staged
+  // entry names a slot of the level below that it is not filed in, which may never have
+  // been built, and its removal asks about that slot (holds() checks too, defensively).
+  // The test of the slot's bit on the filing path replaces a test of a level-wide flag.
   bool built(unsigned slot) const noexcept { return (built_ >> slot & 1u) != 0; }
   void build(unsigned slot) noexcept {
     if (__builtin_expect(!built(slot), 0)) make_lanes(slot);

@@ -259,8 +259,7 @@ detail::wait_op* wheel_service::make_wait_op(Handler& handler, Executor&& ex) {
 template <class State, class Make, class Discard>
 State* wheel_service::schedule_new(std::chrono::nanoseconds deadline, Make make,
                                    Discard discard) {
-  static_assert(sizeof(State) <= state_block_size &&
-                alignof(State) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+  static_assert(sizeof(State) <= state_block_size && alignof(State) <= alignof(std::max_align_t));
   lock_type lock(mutex_);
   State* state = make(state_blocks_.take());  // take() may throw: nothing made yet
   if (shut_down_) {
