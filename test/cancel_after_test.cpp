@@ -1266,6 +1266,21 @@ BOOST_AUTO_TEST_CASE(pending_operations_freed_at_context_destruction) {
   BOOST_TEST(mem.outstanding() == 0u);
 }
 
+// A read that never completes, on a context of its own, with a 10 ms timeout whose
+// handler is bound to `handler_ctx`: run until the timeout fired (its cancellation is then
+// queued in `handler_ctx`), then the read's context is destroyed, its wheel with it.
+template <class Handler>
+void time_out_a_read_then_destroy_its_context(asio::io_context& handler_ctx, Handler handler) {
+  asio::io_context io_ctx;
+  loopback lb(io_ctx);
+  auto p = lb.connect();
+  std::array<char, 4> buf{};
+  p.server.async_read_some(
+      asio::buffer(buf),
+      twheel::cancel_after(10ms, asio::bind_executor(handler_ctx, std::move(handler))));
+  BOOST_TEST_REQUIRE(run_until(io_ctx, [&] { return twheel::stats(io_ctx).fired == 1u; }));
+}
+
 // The timeout fired and its cancellation was handed to the read handler's executor (here
 // another io_context), but both contexts are destroyed before that runs (e.g. a server
 // shutting down). Everything must still be freed.
@@ -1274,19 +1289,11 @@ BOOST_AUTO_TEST_CASE(cancellation_in_flight_at_shutdown_is_freed) {
   int calls = 0;
   {
     asio::io_context handler_ctx;  // destroyed last; never runs
-    {
-      counting_allocator<void> alloc(&mem);
-      asio::io_context io_ctx;
-      loopback lb(io_ctx);
-      auto p = lb.connect();
-      std::array<char, 4> buf{};
-      p.server.async_read_some(
-          asio::buffer(buf),
-          twheel::cancel_after(10ms, asio::bind_executor(handler_ctx, asio::bind_allocator(
-                                                                         alloc, [&](error_code, std::size_t) { ++calls; }))));
-      BOOST_TEST_REQUIRE(run_until(io_ctx, [&] { return twheel::stats(io_ctx).fired == 1u; }));
-    }  // io_ctx destroyed: the read and its handler are destroyed
-  }    // handler_ctx destroyed: the queued cancellation is destroyed
+    counting_allocator<void> alloc(&mem);
+    time_out_a_read_then_destroy_its_context(
+        handler_ctx, asio::bind_allocator(alloc, [&](error_code, std::size_t) { ++calls; }));
+    // The read and its handler were destroyed with their context.
+  }  // handler_ctx destroyed: the queued cancellation is destroyed
   BOOST_TEST(calls == 0);
   BOOST_TEST(mem.outstanding() == 0u, "blocks still allocated: " << mem.outstanding());
 }
@@ -1300,21 +1307,10 @@ BOOST_AUTO_TEST_CASE(cancellation_queued_in_another_context_outlives_the_wheel) 
   auto alive = std::make_shared<int>(0);
   {
     asio::io_context handler_ctx;  // destroyed last; never runs
-    {
-      asio::io_context io_ctx;
-      loopback lb(io_ctx);
-      auto p = lb.connect();
-      std::array<char, 4> buf{};
-      p.server.async_read_some(
-          asio::buffer(buf),
-          twheel::cancel_after(10ms, asio::bind_executor(handler_ctx,
-                                                         [&, alive](error_code, std::size_t) {
-                                                           ++calls;
-                                                         })));
-      BOOST_TEST_REQUIRE(run_until(io_ctx, [&] { return twheel::stats(io_ctx).fired == 1u; }));
-    }  // io_ctx destroyed, with its wheel: the read and its handler are destroyed
-    BOOST_TEST(alive.use_count() == 1);
-  }    // handler_ctx destroyed: the queued cancellation, which held the state, with it
+    time_out_a_read_then_destroy_its_context(
+        handler_ctx, [&, alive](error_code, std::size_t) { ++calls; });
+    BOOST_TEST(alive.use_count() == 1);  // the handler went with the read's context
+  }  // handler_ctx destroyed: the queued cancellation, which held the state, with it
   BOOST_TEST(calls == 0);
 }
 
