@@ -93,6 +93,11 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
 void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                              detail::wait_op* op) {
   lock_type lock(mutex_);
+  schedule_locked(lock, timer, deadline, op);
+}
+
+void wheel_service::schedule_locked(lock_type& lock, detail::timer_state& timer,
+                                    std::chrono::nanoseconds deadline, detail::wait_op* op) {
   if (shut_down_) {
     lock.unlock();
     op->destroy();

@@ -287,6 +287,10 @@ class wheel_service : public boost::asio::execution_context::service {
   void file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline);
   void file_op(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                detail::wait_op* op);
+  // schedule() under `lock`: after shutdown, unlocks and destroys `op` unrun. Throws
+  // (bad_alloc) with nothing filed and the lock still held.
+  void schedule_locked(lock_type& lock, detail::timer_state& timer,
+                       std::chrono::nanoseconds deadline, detail::wait_op* op);
   void unfile_wait(detail::timer_state& timer) noexcept;
   // Records how a wait ended and cuts its cancellation slot loose: a later emit is a no-op.
   static void settle(detail::wait_op* op, detail::wait_result result) noexcept;

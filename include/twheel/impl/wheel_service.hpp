@@ -262,15 +262,9 @@ State* wheel_service::schedule_new(std::chrono::nanoseconds deadline, Make make,
   static_assert(sizeof(State) <= state_block_size && alignof(State) <= alignof(std::max_align_t));
   lock_type lock(mutex_);
   State* state = make(state_blocks_.take());  // take() may throw: nothing made yet
-  if (shut_down_) {
-    lock.unlock();
-    static_cast<detail::wait_op*>(state)->destroy();  // as schedule()
-    return state;
-  }
   try {
-    records_.reserve();
-    file_op(state->entry(), deadline, state);
-  } catch (...) {
+    schedule_locked(lock, state->entry(), deadline, state);
+  } catch (...) {  // thrown with the lock held
     lock.unlock();
     discard(state);
     throw;
