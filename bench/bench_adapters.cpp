@@ -252,22 +252,6 @@ double touch_asio(std::size_t n, std::size_t ops, std::uint64_t seed) {
   return ns;
 }
 
-// "a,b,c" -> its parts.
-std::vector<std::string> split(const char* s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (; *s; ++s) {
-    if (*s == ',') {
-      out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += *s;
-    }
-  }
-  out.push_back(cur);
-  return out;
-}
-
 int usage() {
   std::fprintf(stderr, "usage: bench_adapters [--quick] [--workloads cancel_after,touch] "
                        "[--sizes N,...] [--reps R]\n");
@@ -286,15 +270,16 @@ int main(int argc, char** argv) {
     if (arg == "--quick") {
       quick = true;
     } else if (arg == "--workloads" && i + 1 < argc) {
-      workloads = split(argv[++i]);
+      workloads = bench::split(argv[++i]);
+      if (workloads.empty()) return usage();
       for (const auto& w : workloads) {
         if (w != "cancel_after" && w != "touch") return usage();
       }
     } else if (arg == "--sizes" && i + 1 < argc) {
-      for (const auto& n : split(argv[++i])) {
-        const long v = std::atol(n.c_str());
-        if (v <= 0) return usage();
-        sizes.push_back(static_cast<std::size_t>(v));
+      sizes = bench::parse_sizes(argv[++i]);
+      if (sizes.empty()) return usage();
+      for (std::size_t n : sizes) {
+        if (n == 0) return usage();
       }
     } else if (arg == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
@@ -303,14 +288,8 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  if (reps == 0) reps = quick ? 3 : 5;
-  if (sizes.empty()) {
-    sizes = quick ? std::vector<std::size_t>{10000, 100000}
-                  : std::vector<std::size_t>{10000, 100000, 1000000};
-  }
-  const auto wants = [&](const char* w) {
-    return std::find(workloads.begin(), workloads.end(), w) != workloads.end();
-  };
+  bench::default_run_shape(quick, sizes, reps);
+  const auto wants = [&](const char* w) { return bench::wants(workloads, w); };
   std::printf("bench_adapters: asio = what a program does without twheel; ratio = asio/twheel; "
               "%d repetitions, interleaved, medians\n", reps);
   std::printf("load average at start: %s\n", bench::loadavg().c_str());

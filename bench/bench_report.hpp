@@ -140,6 +140,21 @@ inline std::vector<std::size_t> parse_sizes(const std::string& s) {
   return out;
 }
 
+// --workloads w1,w2,...: the names in a comma-separated list (empty items dropped).
+inline std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+inline bool wants(const std::vector<std::string>& list, const char* w) {
+  return std::find(list.begin(), list.end(), w) != list.end();
+}
+
 // What was not given on the command line: 10,000 / 100,000 (quick) or up to 1,000,000
 // timers, medians of 3 (quick) or 5 repetitions.
 inline void default_run_shape(bool quick, std::vector<std::size_t>& sizes, int& reps) {

@@ -950,19 +950,8 @@ void interleave(int reps, const char* workload, std::size_t n, RunAsio run_asio,
   alarm(0);
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
-bool wants(const std::vector<std::string>& list, const char* w) {
-  return std::find(list.begin(), list.end(), w) != list.end();
-}
+using bench::split;
+using bench::wants;
 
 void print_stats(std::size_t n, const twheel::wheel_stats& s) {
   std::printf("  twheel::stats after burst n=%zu: pending=%zu timers=%zu fired=%llu "
