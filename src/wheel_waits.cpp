@@ -96,17 +96,6 @@ void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanosecond
   schedule_locked(lock, timer, deadline, op);
 }
 
-void wheel_service::schedule_locked(lock_type& lock, detail::timer_state& timer,
-                                    std::chrono::nanoseconds deadline, detail::wait_op* op) {
-  if (shut_down_) {
-    lock.unlock();
-    op->destroy();
-    return;
-  }
-  records_.reserve();
-  file_op(timer, deadline, op);
-}
-
 bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept {
   lock_type lock(mutex_);
   if (!timer.waits.erase(op)) return false;

@@ -256,6 +256,20 @@ detail::wait_op* wheel_service::make_wait_op(Handler& handler, Executor&& ex) {
   }
 }
 
+// Inline: schedule_new() is a cancel_after's initiation, and the call cost it 27
+// instructions per operation (callgrind).
+inline void wheel_service::schedule_locked(lock_type& lock, detail::timer_state& timer,
+                                           std::chrono::nanoseconds deadline,
+                                           detail::wait_op* op) {
+  if (shut_down_) {
+    lock.unlock();
+    op->destroy();
+    return;
+  }
+  records_.reserve();
+  file_op(timer, deadline, op);
+}
+
 template <class State, class Make, class Discard>
 State* wheel_service::schedule_new(std::chrono::nanoseconds deadline, Make make,
                                    Discard discard) {
