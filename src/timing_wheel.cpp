@@ -43,7 +43,10 @@ timing_wheel::timing_wheel(wheel_config config, duration start)
 }
 
 timing_wheel::~timing_wheel() {
-  // Leave entries idle so that their owners may still call remove() safely.
+  // Leave entries idle so that their owners may still call remove() safely. size_ counts
+  // every linked entry, so an empty wheel (its owner's shutdown detached them) is left
+  // without a second walk of its levels and lanes.
+  if (size_ == 0) return;
   wheel_entry_list all;
   detach_all(all);  // and `all` leaves them idle
 }
