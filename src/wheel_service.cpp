@@ -35,17 +35,21 @@ wheel_service::wheel_service(execution_context& ctx)
     : wheel_service(ctx, wheel_options{}) {}
 
 wheel_service::wheel_service(execution_context& ctx, const wheel_options& options)
+    : wheel_service(ctx, options, detail::scheduler_of(ctx)) {}
+
+wheel_service::wheel_service(execution_context& ctx, const wheel_options& options,
+                             boost::asio::detail::scheduler* scheduler)
     : execution_context::service(ctx),
       options_((validate(options), options)),
       origin_(clock_type::now()),
-      mutex_(!options.single_threaded && !detail::asio_runs_unlocked(ctx)),
-      wheel_(to_config(options)) {}
+      mutex_(!options.single_threaded && !detail::asio_runs_unlocked(ctx, scheduler)),
+      wheel_(to_config(options)),
+      scheduler_(scheduler) {}
 
 void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
   lock_type lock(mutex_);
   if (driver_) return;
   executor_ = std::move(ex);
-  scheduler_ = detail::scheduler_of(context());
   driver_.emplace(executor_, origin_, options_.slack, &wheel_service::wake, this);
   attached_.store(true, std::memory_order_release);
 }

@@ -245,6 +245,10 @@ class wheel_service : public boost::asio::execution_context::service {
  private:
   using lock_type = detail::service_lock;
   class record_runner;
+  // `scheduler`: ctx's (detail::scheduler_of), looked up once for the lock's choice and
+  // for handing over (each lookup is two locks of Asio's service registry).
+  wheel_service(boost::asio::execution_context& ctx, const wheel_options& options,
+                boost::asio::detail::scheduler* scheduler);
   // The one operation that carries the aborted waits of many calls to the context
   // (hand_over()); a member, so queueing it allocates nothing.
   class flush_op : public detail::scheduler_op {

@@ -43,15 +43,19 @@ inline boost::asio::detail::scheduler* scheduler_of(boost::asio::execution_conte
 
 // True when `ctx` (an io_context or a thread_pool) has a scheduler that takes no lock
 // (created with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE): it only ever runs on one thread.
-inline bool asio_runs_unlocked(boost::asio::execution_context& ctx) {
+// `sched`: scheduler_of(ctx).
+inline bool asio_runs_unlocked(boost::asio::execution_context& ctx,
+                               boost::asio::detail::scheduler* sched) {
 #if BOOST_ASIO_VERSION >= 103300
+  (void)sched;
   return !boost::asio::config(ctx).get("scheduler", "locking", true);
 #elif !defined(BOOST_ASIO_HAS_IOCP)
-  using scheduler = boost::asio::detail::scheduler;
-  if (!boost::asio::has_service<scheduler>(ctx)) return false;
-  const int hint = boost::asio::use_service<scheduler>(ctx).concurrency_hint();
-  return !BOOST_ASIO_CONCURRENCY_HINT_IS_LOCKING(SCHEDULER, hint);
+  (void)ctx;
+  return sched != nullptr &&
+         !BOOST_ASIO_CONCURRENCY_HINT_IS_LOCKING(SCHEDULER, sched->concurrency_hint());
 #else
+  (void)ctx;
+  (void)sched;
   return false;
 #endif
 }
