@@ -113,8 +113,8 @@ class wheel_level {
   void after_unlink(unsigned slot) noexcept {
     // An entry taken with its slot keeps naming it, so this count may be decremented for
     // an entry no longer there: it is a hint (when to cascade), never relied on for
-    // correctness, and saturates at 0. A staged entry may name a slot never built.
-    if (built(slot) && filed_[slot] != 0) --filed_[slot];
+    // correctness, and saturates at 0.
+    if (filed_[slot] != 0) --filed_[slot];
     drop_if_emptied(slot);
   }
 
@@ -223,7 +223,6 @@ class wheel_level {
   [[gnu::cold, gnu::noinline]] void make_lanes(unsigned slot) noexcept {
     ::new (static_cast<void*>(storage_[slot])) slot_lanes<Entry>();
     earliest_[slot] = none;
-    filed_[slot] = 0;
     built_ |= std::uint64_t{1} << slot;
   }
   slot_lanes<Entry>& lanes(unsigned slot) noexcept {
@@ -238,10 +237,12 @@ class wheel_level {
   std::uint64_t occupied_ = 0;
   std::uint64_t mixed_ = 0;  // occupied slots holding more than one deadline tick
   std::uint64_t built_ = 0;  // slots whose lanes are made
-  // A slot's earliest deadline and count are set when it is built, like its lanes, and
-  // read only for built slots: a fresh level writes 3 words, not 770 bytes.
+  // A slot's earliest deadline is set when the slot is built, like its lanes, and read
+  // only for occupied (so built) slots: a fresh level does not fill 512 bytes. The counts
+  // stay zeroed from the start (a memset), since removals of staged entries may count
+  // down a slot never built (after_unlink).
   std::array<std::uint64_t, slots_per_level> earliest_;
-  std::array<std::uint32_t, slots_per_level> filed_;
+  std::array<std::uint32_t, slots_per_level> filed_{};
   alignas(slot_lanes<Entry>) unsigned char storage_[slots_per_level][sizeof(slot_lanes<Entry>)];
 };
 
