@@ -26,8 +26,9 @@ class wheel_driver::timer_handler {
 wheel_driver::wheel_driver(const boost::asio::any_io_executor& ex, clock_type::time_point origin,
                            std::chrono::nanoseconds slack, pass_fn pass, void* owner)
     : executor_(ex), origin_(origin), slack_(slack), pass_(pass), owner_(owner) {
+  // The standby's timer is made by the first stand_by(): a context that never has two
+  // wake-ups in view (a test's, a short-lived client's) makes one timer, not two.
   timers_[0].emplace(executor_);
-  timers_[1].emplace(executor_);
 }
 
 void wheel_driver::ensure(std::chrono::nanoseconds next, std::chrono::nanoseconds now,
@@ -101,6 +102,7 @@ void wheel_driver::stand_by(std::chrono::nanoseconds at) noexcept {
   // its memory cannot be had, there is no standby.
   try {
     posted_.reserve(1);
+    if (!timers_[1 - wake_]) timers_[1 - wake_].emplace(executor_);
     standby_at_.reset();
     standby().expires_at(clock_time(at));
     standby().async_wait(timer_handler(this, next_generation()));
