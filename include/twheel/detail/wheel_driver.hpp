@@ -88,8 +88,9 @@ class wheel_driver {
   void* owner_;
   block_pool posted_;                                 // the memory of the wake-ups
   // The wake-up's timer is timers_[wake_], the standby's the other: they swap roles
-  // without moving a timer. timers_[wake_] always exists; the other from the first
-  // stand_by() on (roles swap only while the standby waits, so it exists then).
+  // without moving a timer. timers_[wake_] always exists (until release()); the other is
+  // made by stand_by(), so it exists whenever standby_at_ is set, and roles swap only
+  // then.
   std::optional<boost::asio::steady_timer> timers_[2];
   unsigned wake_ = 0;
   std::optional<std::chrono::nanoseconds> armed_at_;    // the wanted wake-up's time
