@@ -36,21 +36,11 @@ class wheel_service::record_runner {
   detail::completion* record_;
 };
 
-void wheel_service::settle_box(detail::handler_box& box, detail::wait_result result,
-                               settled& out) noexcept {
-  detail::completion& c = records_.emplace();
-  c.box.take(box);
-  c.set_result(result);
-  out.ops.push(&c);
-  ++out.count;
-}
-
 void wheel_service::settle_op(detail::wait_op* op, detail::wait_result result,
                               settled& out) noexcept {
   settle(op, result);
-  detail::completion& c = records_.emplace();
+  detail::completion& c = records_.emplace(result);
   c.box.emplace_op(op);
-  c.set_result(result);
   out.ops.push(&c);
   ++out.count;
 }
@@ -246,8 +236,15 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
       if (!timer.has_waits()) continue;
       // An idle timer touched since it was filed: re-filed at its last touch + period.
       if (timer.idle && refile_idle(timer, now)) continue;
-      const std::size_t count =
-          settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
+      // The usual timer has one wait, boxed: settled inline (a call to settle_waits() and
+      // one to settle_box() were 89 instructions per handler of a burst, callgrind).
+      std::size_t count = 1;
+      if (timer.waits.empty()) {
+        settle_box(timer.box, detail::wait_result::success, fired);
+      } else {
+        count = settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success,
+                             fired);
+      }
       stats_.pending -= count;
       stats_.fired += count;
     }

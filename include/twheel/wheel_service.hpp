@@ -298,7 +298,16 @@ class wheel_service : public boost::asio::execution_context::service {
   void unfile_wait(detail::timer_state& timer) noexcept;
   // Records how a wait ended and cuts its cancellation slot loose: a later emit is a no-op.
   static void settle(detail::wait_op* op, detail::wait_result result) noexcept;
-  void settle_box(detail::handler_box& box, detail::wait_result result, settled& out) noexcept;
+  // The record of a boxed wait settled with `result`: the box's handler moves into it.
+  detail::completion& record_of(detail::handler_box& box, detail::wait_result result) noexcept {
+    detail::completion& c = records_.emplace(result);
+    c.box.take(box);
+    return c;
+  }
+  void settle_box(detail::handler_box& box, detail::wait_result result, settled& out) noexcept {
+    out.ops.push(&record_of(box, result));
+    ++out.count;
+  }
   void settle_op(detail::wait_op* op, detail::wait_result result, settled& out) noexcept;
   std::size_t settle_waits(detail::timer_state& timer, std::size_t max,
                            detail::wait_result result, settled& out) noexcept;
@@ -307,10 +316,7 @@ class wheel_service : public boost::asio::execution_context::service {
   // instructions through settle_waits() and hand_over(), 91 this way (callgrind).
   std::size_t abort_waits(detail::timer_state& timer, std::size_t max) noexcept {
     if (max != 0 && timer.waits.empty() && !timer.box.empty() && scheduler_ && !shut_down_) {
-      detail::completion& c = records_.emplace();
-      c.box.take(timer.box);
-      c.set_result(detail::wait_result::aborted);
-      defer(c);
+      defer(record_of(timer.box, detail::wait_result::aborted));
       return after_abort(1);
     }
     return abort_settled(timer, max);

@@ -68,9 +68,6 @@ class completion final : public scheduler_op {
   // How the wait ended, and the record's index in its block, kept in the operation's own
   // result field (which the scheduler passes back to do_complete untouched for operations
   // that are not its reactor's).
-  void set_result(wait_result r) noexcept {
-    task_result_ = (task_result_ & ~result_mask) | static_cast<unsigned>(r);
-  }
   wait_result result() const noexcept {
     return static_cast<wait_result>(task_result_ & result_mask);
   }
@@ -85,8 +82,8 @@ class completion final : public scheduler_op {
   friend class completion_queue;
   static constexpr unsigned result_bits = 8;
   static constexpr unsigned result_mask = (1u << result_bits) - 1;
-  explicit completion(unsigned index) noexcept : completion() {
-    task_result_ = index << result_bits;
+  completion(unsigned index, wait_result r) noexcept : completion() {
+    task_result_ = (index << result_bits) | static_cast<unsigned>(r);
   }
   std::size_t index() const noexcept { return task_result_ >> result_bits; }
 };
@@ -153,8 +150,9 @@ class completion_queue {
   // Drops every reservation (shutdown: no wait will be settled any more).
   void unreserve_all() noexcept { reserved_ = 0; }
 
-  // A fresh record for a settled wait, using up a reservation. Never allocates.
-  completion& emplace() noexcept {
+  // A fresh record for a wait settled with `result`, using up a reservation. Never
+  // allocates.
+  completion& emplace(wait_result result) noexcept {
     assert(reserved_ > 0);
     --reserved_;
     if (tail_ == nullptr) {
@@ -165,7 +163,7 @@ class completion_queue {
     // The record's life begins here and ends in do_complete: a reserved record that is
     // never used is never written.
     completion& c = *::new (record_at(tail_, tail_index_))
-        completion(static_cast<unsigned>(tail_index_));
+        completion(static_cast<unsigned>(tail_index_), result);
     ++tail_index_;
     // A full block leaves our hands at once: the last of its records to be released
     // recycles it, possibly before any later emplace(), so tail_ must not keep it (the
