@@ -1314,6 +1314,100 @@ BOOST_AUTO_TEST_CASE(cancellation_queued_in_another_context_outlives_the_wheel) 
   BOOST_TEST(calls == 0);
 }
 
+// An operation that installs a cancellation handler of its own (counted while alive,
+// its address recorded) and completes when told to, as a socket read does.
+struct listener_log {
+  int alive = 0;      // listeners not yet destroyed
+  int cancelled = 0;  // emissions they received
+  std::vector<const void*> at;  // where each was installed
+};
+
+struct counted_listener {
+  explicit counted_listener(listener_log* l) noexcept : log(l) { ++log->alive; }
+  counted_listener(const counted_listener&) = delete;
+  ~counted_listener() { --log->alive; }
+  void operator()(asio::cancellation_type_t) { ++log->cancelled; }
+  listener_log* log;
+  std::array<void*, 3> payload{};  // the size of a socket operation's
+};
+
+// With a null `log`, an operation that installs no handler (it cannot be cancelled).
+struct initiate_listening_op {
+  using executor_type = asio::io_context::executor_type;
+  executor_type ex;
+  listener_log* log;
+  std::vector<std::function<void()>>* completions;
+  executor_type get_executor() const noexcept { return ex; }
+
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    if (log && slot.is_connected()) {
+      log->at.push_back(&slot.template emplace<counted_listener>(log));
+    }
+    auto h = std::make_shared<std::decay_t<Handler>>(std::forward<Handler>(handler));
+    completions->push_back([h, ex = ex] { asio::post(ex, [h] { (*h)(error_code()); }); });
+  }
+};
+
+template <class Token>
+auto async_listening_op(asio::io_context& ctx, listener_log* log,
+                        std::vector<std::function<void()>>& completions, Token&& token) {
+  return asio::async_initiate<Token, void(error_code)>(
+      initiate_listening_op{ctx.get_executor(), log, &completions}, token);
+}
+
+// cancel_after's state lives in a block the wheel recycles (the handler runs in the
+// wheel's context and has no allocator of its own), and the block's cancellation signal
+// outlives it: the memory of the handler an operation installed there is the next
+// operation's, not freed and allocated again. Each operation's handler is still destroyed
+// when its state is.
+BOOST_AUTO_TEST_CASE(a_recycled_state_block_keeps_the_listeners_memory) {
+  listener_log log;
+  std::vector<std::function<void()>> completions;
+  int done = 0;
+  {
+    asio::io_context ctx;
+    const auto start = [&] {
+      async_listening_op(ctx, &log, completions, twheel::cancel_after(10s, [&](error_code ec) {
+                           BOOST_TEST(!ec);
+                           ++done;
+                         }));
+    };
+    const auto complete = [&] {
+      for (auto& c : completions) c();
+      completions.clear();
+      ctx.restart();
+      ctx.run();
+    };
+    start();
+    complete();
+    BOOST_TEST(log.alive == 0);  // destroyed with the state, as before
+    // Freed memory of that size would be taken by the next allocation of it: here.
+    asio::cancellation_signal other;
+    other.slot().emplace<counted_listener>(&log);
+    start();
+    complete();
+    BOOST_TEST(done == 2);
+    BOOST_TEST_REQUIRE(log.at.size() == 2u);
+    BOOST_TEST(log.at[1] == log.at[0], "the second listener was not put where the first was");
+    BOOST_TEST(log.alive == 1);  // `other`'s
+
+    // An operation that installs no handler gets the block's parked one: a timeout that
+    // fires then reaches nothing, and the operation completes by itself.
+    async_listening_op(ctx, nullptr, completions, twheel::cancel_after(1ms, [&](error_code ec) {
+                         BOOST_TEST(!ec);
+                         ++done;
+                       }));
+    ctx.restart();
+    BOOST_TEST_REQUIRE(run_until(ctx, [&] { return twheel::stats(ctx).fired == 1u; }));
+    complete();
+    BOOST_TEST(done == 3);
+    BOOST_TEST(log.cancelled == 0);
+  }
+  BOOST_TEST(log.alive == 0);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------

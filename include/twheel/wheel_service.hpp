@@ -12,6 +12,7 @@
 #include <twheel/timing_wheel.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <new>
 #include <optional>
 
 namespace twheel {
@@ -207,6 +209,15 @@ class wheel_service : public boost::asio::execution_context::service {
   /// thread, until the service is destroyed: the blocks go with it, so a state may live
   /// in one only if nothing outside the service's context can hold it.
   void free_state_block(void* block) noexcept { state_blocks_.give_back(block); }
+  /// The cancellation signal of a block of schedule_new(). It outlives the states made in
+  /// the block, from the block's making to the service's destruction, so that the
+  /// memory of the cancellation handler an operation installs in it is there for the next
+  /// state's operation: Asio's slot reuses a handler's memory that is big enough, and
+  /// otherwise allocates and frees it per operation.
+  static boost::asio::cancellation_signal& state_block_signal(void* block) noexcept {
+    return *std::launder(reinterpret_cast<boost::asio::cancellation_signal*>(
+        static_cast<unsigned char*>(block) + state_block_size));
+  }
 
   /// Called by a wait's cancellation slot handler when emitted: aborts that wait.
   void cancel_wait(detail::wait_canceller& canceller) noexcept;
@@ -357,7 +368,19 @@ class wheel_service : public boost::asio::execution_context::service {
 
   // cancel_after's states: as many blocks as were ever in flight at once, kept until the
   // service is destroyed. Declared first, so destroyed last.
-  detail::basic_block_pool<state_block_size> state_blocks_{0};
+  struct state_block_setup {
+    static void made(void* block) noexcept {
+      ::new (static_cast<unsigned char*>(block) + state_block_size)
+          boost::asio::cancellation_signal;
+    }
+    static void unmade(void* block) noexcept {
+      state_block_signal(block).~cancellation_signal();
+    }
+  };
+  static_assert(sizeof(boost::asio::cancellation_signal) <= alignof(std::max_align_t) &&
+                alignof(boost::asio::cancellation_signal) <= alignof(std::max_align_t));
+  detail::basic_block_pool<state_block_size + alignof(std::max_align_t), state_block_setup>
+      state_blocks_{0};
   wheel_options options_;
   std::atomic<bool> attached_{false};
   boost::asio::any_io_executor executor_;      // what the driver runs on; set once

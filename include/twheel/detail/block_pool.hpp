@@ -15,7 +15,9 @@
 // drain never allocates.
 //
 // A give-back is one compare-exchange, or a plain store while the process has one thread
-// (process_threads.hpp).
+// (process_threads.hpp). A give-back writes the block's first word only: an object the
+// Setup makes in each block, past what its users put there, lives from the chunk's
+// making to its freeing (cancel_after's cancellation signals, wheel_service.hpp).
 #ifndef TWHEEL_DETAIL_BLOCK_POOL_HPP
 #define TWHEEL_DETAIL_BLOCK_POOL_HPP
 
@@ -29,7 +31,14 @@
 
 namespace twheel::detail {
 
-template <std::size_t BlockSize>
+// What a pool does to each block of a chunk when it makes the chunk and when it frees it:
+// nothing, unless the blocks keep an object of their own from one use to the next.
+struct no_block_setup {
+  static void made(void*) noexcept {}
+  static void unmade(void*) noexcept {}
+};
+
+template <std::size_t BlockSize, class Setup = no_block_setup>
 class basic_block_pool {
  public:
   static constexpr std::size_t block_size = BlockSize;
@@ -44,6 +53,7 @@ class basic_block_pool {
   ~basic_block_pool() {
     while (chunks_) {
       chunk* next = chunks_->next;
+      for (std::size_t i = 0; i != chunks_->blocks; ++i) Setup::unmade(block_of(chunks_, i));
       ::operator delete(chunks_);
       chunks_ = next;
     }
@@ -87,7 +97,12 @@ class basic_block_pool {
   // A chunk's header; its blocks follow, max_align_t-aligned.
   struct alignas(std::max_align_t) chunk {
     chunk* next;
+    std::size_t blocks;
   };
+
+  static unsigned char* block_of(chunk* c, std::size_t i) noexcept {
+    return reinterpret_cast<unsigned char*>(c + 1) + i * block_size;
+  }
   // Chunks double from 4 blocks up to this many: a malloc per chunk rather than per
   // block, and a pool that stays small keeps small chunks.
   static constexpr std::size_t max_chunk_blocks = 256;
@@ -109,6 +124,8 @@ class basic_block_pool {
   void grow(std::size_t at_least) {
     std::size_t blocks = next_chunk_blocks_ > at_least ? next_chunk_blocks_ : at_least;
     auto* c = static_cast<chunk*>(::operator new(sizeof(chunk) + blocks * block_size));
+    c->blocks = blocks;
+    for (std::size_t i = 0; i != blocks; ++i) Setup::made(block_of(c, i));
     for (; spare_ != spare_end_; spare_ += block_size) {
       node* n = ::new (static_cast<void*>(spare_)) node;
       n->next = private_;
@@ -116,8 +133,8 @@ class basic_block_pool {
     }
     c->next = chunks_;
     chunks_ = c;
-    spare_ = reinterpret_cast<unsigned char*>(c + 1);
-    spare_end_ = spare_ + blocks * block_size;
+    spare_ = block_of(c, 0);
+    spare_end_ = block_of(c, blocks);
     if (next_chunk_blocks_ < max_chunk_blocks) next_chunk_blocks_ *= 2;
   }
 

@@ -105,10 +105,10 @@ class cancel_after_state : public wait_op {
     if (!compare_exchange_if_threaded(phase_, expected, int{initiated},
                                       std::memory_order_acq_rel) &&
         !done_.load(std::memory_order_acquire)) {
-      signal_.emit(type_);
+      signal().emit(type_);
     }
     if (forward_failed_ && !done_.load(std::memory_order_acquire)) {
-      signal_.emit(boost::asio::cancellation_type::terminal);
+      signal().emit(boost::asio::cancellation_type::terminal);
     }
     release();
   }
@@ -123,8 +123,8 @@ class cancel_after_state : public wait_op {
   // destruction took the timeout back (finish()). Drops the initiating call's share.
   void abandon() noexcept { release(); }
 
-  boost::asio::cancellation_slot slot() noexcept { return signal_.slot(); }
-  void emit(boost::asio::cancellation_type_t type) { signal_.emit(type); }
+  boost::asio::cancellation_slot slot() noexcept { return signal().slot(); }
+  void emit(boost::asio::cancellation_type_t type) { signal().emit(type); }
 
   // The wrapped operation completed or its handler was destroyed: take the timeout out
   // of the wheel (it then never fires) and let go.
@@ -163,6 +163,7 @@ class cancel_after_state : public wait_op {
     if constexpr (poolable()) {
       if (pooled_) {
         wheel_service& service = service_;
+        park_handler(signal().slot());
         this->~cancel_after_state();
         service.free_state_block(this);
         return;
@@ -171,6 +172,32 @@ class cancel_after_state : public wait_op {
     Allocator alloc(allocator_);
     this->~cancel_after_state();
     std::allocator_traits<Allocator>::deallocate(alloc, this, 1);
+  }
+
+  // What the wrapped operation listens to: the block's own signal when pooled (see
+  // wheel_service::state_block_signal), else the state's.
+  boost::asio::cancellation_signal& signal() noexcept {
+    if constexpr (poolable()) {
+      if (pooled_) return wheel_service::state_block_signal(this);
+    }
+    return own_signal_;
+  }
+
+  // Destroys the cancellation handler the operation installed, as destroying the signal
+  // would, but keeps its memory in the signal for the block's next operation: a no-op
+  // handler takes its place in that memory (Asio's slot reuses a handler's memory that is
+  // big enough; this one needs the least any handler has). Were memory needed after all,
+  // the handler is cleared instead, as before.
+  struct parked_handler {
+    void operator()(boost::asio::cancellation_type_t) const noexcept {}
+  };
+  static void park_handler(boost::asio::cancellation_slot slot) noexcept {
+    if (!slot.has_handler()) return;
+    try {
+      slot.template emplace<parked_handler>();
+    } catch (...) {
+      slot.clear();
+    }
   }
 
   static void on_timeout(wait_op* base, bool invoke) {
@@ -229,7 +256,7 @@ class cancel_after_state : public wait_op {
       if (!self->done_.load(std::memory_order_acquire) &&
           !compare_exchange_if_threaded(self->phase_, expected, int{fired_early},
                                         std::memory_order_acq_rel)) {
-        self->signal_.emit(self->type_);
+        self->signal().emit(self->type_);
       }
       self->release();
     }
@@ -240,7 +267,7 @@ class cancel_after_state : public wait_op {
 
   wheel_service& service_;
   timer_state entry_;
-  boost::asio::cancellation_signal signal_;
+  boost::asio::cancellation_signal own_signal_;  // unused when pooled_
   Executor executor_;
   Allocator allocator_;
   boost::asio::cancellation_type_t type_;
