@@ -110,16 +110,22 @@ void complete_ops(asio::io_context& ctx,
 }
 
 // ns per operation: start n operations, each with the handler make_handler(ctx) returns,
-// complete them all, run.
+// complete them all, run. Timed on a context that has done the same once already (not
+// timed), as a server's context has: what each construction keeps for reuse is reused.
 template <class MakeHandler>
 double time_ops(std::size_t n, MakeHandler make_handler) {
   asio::io_context ctx;
   pending_list pending;
   pending.reserve(n);
+  const auto round = [&] {
+    for (std::size_t i = 0; i < n; ++i) start_op(ctx, pending, make_handler(ctx));
+    complete_ops(ctx, pending);
+    ctx.restart();
+    ctx.run();
+  };
+  round();
   const auto t0 = clock_type::now();
-  for (std::size_t i = 0; i < n; ++i) start_op(ctx, pending, make_handler(ctx));
-  complete_ops(ctx, pending);
-  ctx.run();
+  round();
   return since(t0) / static_cast<double>(n);
 }
 
@@ -305,10 +311,12 @@ int main(int argc, char** argv) {
       t.push_back(cancel_after_twheel(n, done_t));
       f.push_back(cancel_after_floor(n, done_f));
     }
-    if (done_a != done_t || done_f != done_t || done_t != static_cast<long>(n) * reps) {
+    // Two rounds of n per repetition (time_ops: the first warms the context).
+    const long expected = 2 * static_cast<long>(n) * reps;
+    if (done_a != done_t || done_f != done_t || done_t != expected) {
       std::printf("cancel_after: operations completed: asio %ld twheel %ld floor %ld, "
                   "expected %ld\n",
-                  done_a, done_t, done_f, static_cast<long>(n) * reps);
+                  done_a, done_t, done_f, expected);
       return 1;
     }
     report.add("cancel_after", n, a, t, "ns/op",
