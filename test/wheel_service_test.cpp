@@ -1160,6 +1160,46 @@ BOOST_AUTO_TEST_CASE(block_pool_hands_out_distinct_blocks_and_recycles_them) {
   BOOST_TEST((std::adjacent_find(fresh.begin(), fresh.end()) == fresh.end()));
 }
 
+// A pool's Setup makes an object in every block of each chunk it makes (the blocks a
+// later chunk leaves over included) and destroys each one with the pool; a block's
+// give-back and its next use leave that object alone (cancel_after's signals live so,
+// past the state, in wheel_service's pool).
+namespace {
+// Writes each block's own address at `offset` when made; counts, when unmade, the blocks
+// whose mark is intact.
+struct tail_setup {
+  static constexpr std::size_t offset = 176;  // past what a user of the block writes
+  static inline int made_count = 0;
+  static inline int intact_count = 0;
+  static void made(void* b) noexcept {
+    ++made_count;
+    std::memcpy(static_cast<unsigned char*>(b) + offset, &b, sizeof b);
+  }
+  static void unmade(void* b) noexcept {
+    void* mark = nullptr;
+    std::memcpy(&mark, static_cast<unsigned char*>(b) + offset, sizeof mark);
+    if (mark == b) ++intact_count;
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(block_pool_setup_makes_and_unmakes_an_object_in_every_block) {
+  tail_setup::made_count = tail_setup::intact_count = 0;
+  {
+    using pool_type = twheel::detail::basic_block_pool<192, tail_setup>;
+    pool_type pool(0);
+    std::vector<void*> taken;
+    for (int i = 0; i < 10; ++i) taken.push_back(pool.take());  // chunks of 4, 8 blocks
+    for (void* p : taken) std::memset(p, 0xab, tail_setup::offset);  // a user's bytes
+    for (void* p : taken) pool.give_back(p);
+    for (int i = 0; i < 10; ++i) pool.take();
+    pool.reserve(20);  // a chunk of 16 or more: the 2 left over go to the free list
+    BOOST_TEST(tail_setup::made_count >= 4 + 8 + 16);
+    BOOST_TEST(tail_setup::intact_count == 0);
+  }
+  BOOST_TEST(tail_setup::intact_count == tail_setup::made_count);
+}
+
 BOOST_AUTO_TEST_CASE(shutdown_destroys_handlers_without_invoking_them) {
   int invoked = 0;
   int destroyed = 0;

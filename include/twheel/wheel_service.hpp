@@ -191,13 +191,14 @@ class wheel_service : public boost::asio::execution_context::service {
   /// Takes back an op filed by schedule(); see there.
   bool unschedule(detail::timer_state& timer, detail::wait_op* op) noexcept;
 
-  /// The size of the blocks schedule_new() makes states in: cancel_after's state for a
-  /// handler on an io_context's executor, any_io_executor or a strand of either (136 to
-  /// 200 bytes with Boost 1.81).
+  /// The room for a state in the blocks schedule_new() makes states in: cancel_after's
+  /// state for a handler on an io_context's executor, any_io_executor or a strand of
+  /// either (136 to 200 bytes with Boost 1.81). Each block is 16 bytes longer: its
+  /// state_block_signal() lives there.
   static constexpr std::size_t state_block_size = 208;
   /// schedule() of a State (a wait_op with an `entry()`, the timer_state it is filed
-  /// under) that `make(block)` constructs, without throwing, in a block of
-  /// state_block_size bytes of memory the service recycles: the block is taken, the
+  /// under) that `make(block)` constructs, without throwing, in the first
+  /// state_block_size bytes of a block the service recycles: the block is taken, the
   /// state made and filed under one acquisition of the lock. Defined in
   /// impl/wheel_service.hpp.
   ///
