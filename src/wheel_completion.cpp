@@ -45,21 +45,6 @@ void wheel_service::settle_op(detail::wait_op* op, detail::wait_result result,
   ++out.count;
 }
 
-// Moves up to `max` waits of `timer`, oldest first, into records. Uses up their
-// reservations; never allocates.
-std::size_t wheel_service::settle_waits(detail::timer_state& timer, std::size_t max,
-                                        detail::wait_result result, settled& out) noexcept {
-  std::size_t count = 0;
-  if (max != 0 && !timer.box.empty()) {
-    settle_box(timer.box, result, out);
-    ++count;
-  }
-  for (; count < max && !timer.waits.empty(); ++count) {
-    settle_op(timer.waits.pop(), result, out);
-  }
-  return count;
-}
-
 std::size_t wheel_service::abort_settled(detail::timer_state& timer, std::size_t max) noexcept {
   settled aborted;
   const std::size_t count = settle_waits(timer, max, detail::wait_result::aborted, aborted);
@@ -236,15 +221,8 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
       if (!timer.has_waits()) continue;
       // An idle timer touched since it was filed: re-filed at its last touch + period.
       if (timer.idle && refile_idle(timer, now)) continue;
-      // The usual timer has one wait, boxed: settled inline (a call to settle_waits() and
-      // one to settle_box() were 89 instructions per handler of a burst, callgrind).
-      std::size_t count = 1;
-      if (timer.waits.empty()) {
-        settle_box(timer.box, detail::wait_result::success, fired);
-      } else {
-        count = settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success,
-                             fired);
-      }
+      const std::size_t count =
+          settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
       stats_.pending -= count;
       stats_.fired += count;
     }
