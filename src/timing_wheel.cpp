@@ -379,6 +379,12 @@ auto front_entry(Visit&& visit) {
 
 std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
                                   std::size_t max_entries, std::size_t max_early) {
+  return advance(now, out, nullptr, nullptr, max_entries, max_early);
+}
+
+std::size_t timing_wheel::advance(duration now, wheel_entry_list& out, due_visitor visit,
+                                  void* context, std::size_t max_entries,
+                                  std::size_t max_early) {
   std::uint64_t target = tick_of(now);
   if (target < elapsed_) target = elapsed_;
   std::size_t examined = 0;
@@ -392,12 +398,20 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
     detached += n;
     counters_.expired += n;
   };
+  // A due entry, unlinked, goes to the visitor and, unless it is done with it, to `out`.
+  const auto detach = [&](wheel_entry& entry) {
+    entry.where_ = detail::where_detached;
+    if (visit != nullptr && visit(context, entry)) {
+      entry.where_ = detail::where_idle;
+    } else {
+      out.list_.push_back(entry);
+    }
+  };
   // Compare with the slot's start, not with target: entries due later than this slot are
   // re-filed so that a late advance still hands them out in deadline order.
   const auto examine = [&](wheel_entry& entry) {
     if (entry.deadline_ <= elapsed_) {
-      out.list_.push_back(entry);
-      entry.where_ = detail::where_detached;
+      detach(entry);
       note_detached(1);
     } else {
       ++examined;
@@ -412,11 +426,34 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out,
                                      std::size_t budget) -> std::size_t {
     std::size_t run = 0;
     auto end = lane.begin();
-    for (; run < budget && end != lane.end() && end->deadline_ <= elapsed_; ++end, ++run) {
-      end->where_ = detail::where_detached;
+    if (visit == nullptr) {
+      for (; run < budget && end != lane.end() && end->deadline_ <= elapsed_; ++end, ++run) {
+        end->where_ = detail::where_detached;
+      }
+      if (run == 0) return front_entry(examine)(lane, budget);
+      out.list_.splice(out.list_.end(), lane, lane.begin(), end);
+      note_detached(run);
+      return run;
+    }
+    // The run of due entries at the lane's front. Each one's successor is fetched before
+    // the visit, whose work then hides the miss. Entries the visitor is done with stay
+    // linked until the run is cut out of the lane in one unlink (they are idle, and an
+    // idle entry's links are never read); the others move to `out` one by one.
+    while (run < budget && end != lane.end() && end->deadline_ <= elapsed_) {
+      wheel_entry& entry = *end++;
+#if defined(__GNUC__)
+      if (end != lane.end()) __builtin_prefetch(&*end, 1);
+#endif
+      ++run;
+      entry.where_ = detail::where_detached;
+      if (visit(context, entry)) {
+        entry.where_ = detail::where_idle;
+      } else {
+        out.list_.splice(out.list_.end(), lane, lane.iterator_to(entry));
+      }
     }
     if (run == 0) return front_entry(examine)(lane, budget);
-    out.list_.splice(out.list_.end(), lane, lane.begin(), end);
+    lane.erase(lane.begin(), end);
     note_detached(run);
     return run;
   };

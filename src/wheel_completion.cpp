@@ -178,6 +178,45 @@ void wheel_service::wake(void* self, std::uint64_t generation, bool from_timer,
 // With nothing due, a pass takes several steps (see on_driver).
 constexpr std::size_t early_walk_per_pass = 128;
 
+// The walk settles each due timer's waits as it reaches the timer, so that the timer is
+// touched once (the walk fetches the next while the waits settle), rather than once in
+// the walk and once more in a loop over the batch: a burst of 1,000,000 spent 19% of its
+// time on the walk's misses alone (perf). An idle timer touched since it was filed is left
+// in the batch and re-filed after the walk, which must not change the wheel; one due
+// after all is settled in the walk, so that the handlers keep the walk's order.
+struct wheel_service::due_pass {
+  wheel_service* self;
+  settled* fired;
+  std::chrono::nanoseconds now;
+};
+
+bool wheel_service::settle_due(void* pass, wheel_entry& entry) noexcept {
+  const due_pass& p = *static_cast<const due_pass*>(pass);
+  auto& timer = static_cast<detail::timer_state&>(entry);
+  // The usual timer: one wait, boxed. Apart, so that this call saves few registers.
+  if (!timer.idle && timer.waits.empty() && !timer.box.empty()) {
+    p.self->settle_box(timer.box, detail::wait_result::success, *p.fired);
+    return true;
+  }
+  return settle_due_other(p, timer);
+}
+
+[[gnu::noinline]] bool wheel_service::settle_due_other(const due_pass& p,
+                                                      detail::timer_state& timer) noexcept {
+  wheel_service& self = *p.self;
+  // A timer whose waits were all cancelled kept its place until now: it leaves.
+  if (!timer.has_waits()) return true;
+  if (timer.idle && detail::idle_due(static_cast<const detail::idle_entry&>(timer), epoch(),
+                                     [&self](clock_type::time_point t) {
+                                       return self.wheel_time(t);
+                                     }) > p.now) {
+    return false;
+  }
+  self.settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success,
+                    *p.fired);
+  return true;
+}
+
 // A driver pass: detaches the due timers and settles their waits; the first handler runs
 // as this operation's own (so that a pass is one operation of the context with one
 // handler, as an expiring Asio timer is), the others go to the context.
@@ -188,7 +227,6 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     lock_type lock(mutex_);
     if (shut_down_ || !driver_->accept(generation, from_timer, ec)) return;
     ++stats_.wakeups;
-    wheel_entry_list due;
     const clock_type::time_point clock_now = clock_type::now();
     if (keeps_touch_epoch()) epoch().pass(clock_now);  // before any stamp is read
     std::chrono::nanoseconds now = wheel_time(clock_now);
@@ -199,33 +237,38 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
       return c.expired + c.cascaded + c.moved_whole;
     };
     const std::uint64_t examined_before = examined();
-    wheel_.advance(now, due, options_.max_per_pass, early_walk_per_pass);
+    settled fired;
+    due_pass pass{this, &fired, now};
+    wheel_entry_list due;  // the idle timers to re-file, which the walk cannot do
+    std::size_t detached =
+        wheel_.advance(now, due, &settle_due, &pass, options_.max_per_pass, early_walk_per_pass);
     // Nothing came due but the wheel has more work now (the early walk stopped at its step,
     // or a crowded slot being re-filed): it goes on in this pass while nothing comes due (a
     // clock read per step), up to max_per_pass entries in all, instead of posting a pass
     // per step through the idle time.
-    while (due.empty()) {
+    while (detached == 0) {
       const std::uint64_t used = examined() - examined_before;
       if (used >= options_.max_per_pass) break;
       const auto next = wheel_.next_expiry();
       if (!next || *next > wheel_.now()) break;
       now = wheel_time(clock_type::now());
-      wheel_.advance(now, due, options_.max_per_pass - static_cast<std::size_t>(used),
-                     early_walk_per_pass);
+      pass.now = now;
+      detached = wheel_.advance(now, due, &settle_due, &pass,
+                                options_.max_per_pass - static_cast<std::size_t>(used),
+                                early_walk_per_pass);
       if (examined() - examined_before == used) break;  // nothing to walk after all
     }
-    settled fired;
     while (!due.empty()) {
       auto& timer = static_cast<detail::timer_state&>(due.pop_front());
       // A timer whose waits were all cancelled kept its place until now: it leaves.
       if (!timer.has_waits()) continue;
       // An idle timer touched since it was filed: re-filed at its last touch + period.
       if (timer.idle && refile_idle(timer, now)) continue;
-      const std::size_t count =
-          settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
-      stats_.pending -= count;
-      stats_.fired += count;
+      settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
     }
+    // Every wait settled in this pass is in `fired`.
+    stats_.pending -= fired.count;
+    stats_.fired += fired.count;
     first = keep_first(fired);
     // Its own block went back to the driver's pool before this ran: ensure() finds it.
     // With nothing pending, the driver's standby goes too, or it would keep run() from

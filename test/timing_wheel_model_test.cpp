@@ -108,7 +108,8 @@ struct run_config {
 struct stats {
   std::uint64_t inserts = 0, removes = 0, later = 0, earlier = 0, advances = 0, bounded = 0,
                 drains = 0, detached = 0, parked_inserts = 0, held_ops = 0, max_batch = 0,
-                backwards = 0, pending_sum = 0, max_pending = 0, late_passes = 0;
+                backwards = 0, pending_sum = 0, max_pending = 0, late_passes = 0,
+                visited_advances = 0;
 };
 
 enum class state : unsigned char { idle, pending, held };
@@ -562,16 +563,39 @@ class model_run {
       const ns effective_now = std::max(ns(n), wheel_.now());
       const auto expired = wheel_.counters().expired;
       wheel_entry_list batch;
-      const std::size_t got = wheel_.advance(ns(n), batch, max_entries, max_early);
+      // Half the calls give each due entry to a visitor first, which is done with about
+      // half of them (as the service's pass is with a timer it settles): those are idle
+      // after the call and not in the batch, the others are in the batch in visit order.
+      visited_.clear();
+      const bool visiting = chance(500);
+      const std::size_t got =
+          visiting ? wheel_.advance(ns(n), batch, &model_run::visit, this, max_entries, max_early)
+                   : wheel_.advance(ns(n), batch, max_entries, max_early);
       MCHECK(got <= max_entries, got);
       MCHECK(wheel_.counters().expired == expired + got, "");
       // "advance() with a now before next_expiry() detaches nothing".
       if (!ne_before) MCHECK(got == 0, "detached from an empty wheel");
       else if (effective_now < *ne_before) MCHECK(got == 0, "detached before next_expiry() " << ne_before->count());
       std::vector<item*> out;
-      for (auto& e : batch) out.push_back(&static_cast<item&>(e));
+      if (visiting) {
+        MCHECK(visited_detached_, "visit() of an entry that is not detached");
+        auto in_batch = batch.begin();
+        for (const auto& [e, done] : visited_) {
+          out.push_back(e);
+          if (done) continue;
+          MCHECK(in_batch != batch.end() && &*in_batch == e,
+                 "id " << e->id << " kept by the visitor is not next in the batch");
+          ++in_batch;
+        }
+        MCHECK(in_batch == batch.end(), "the batch holds an entry never visited");
+        ++stats_.visited_advances;
+      } else {
+        for (auto& e : batch) out.push_back(&static_cast<item&>(e));
+      }
       MCHECK(out.size() == got, "advance() returned " << got << " but detached " << out.size());
-      for (item* e : out) {
+      for (std::size_t j = 0; j < out.size(); ++j) {
+        item* e = out[j];
+        const bool done = visiting && visited_[j].second;
         const int i = e->id;
         const auto k = static_cast<std::size_t>(i);
         MCHECK(st_[k] == state::pending, "detached id " << i << " is not pending in the model (twice or after remove)");
@@ -579,6 +603,17 @@ class model_run {
         MCHECK(t <= nt, "early: id " << i << " deadline tick " << t << " > now tick " << nt);
         MCHECK(e->deadline_tick() == t, "id " << i);
         MCHECK(e->deadline_tick() <= wheel_.current_tick(), "id " << i);
+        if (done) {
+          // Idle, in no list: it may be filed again at once.
+          MCHECK(!e->is_detached() && !e->is_pending(), "visited id " << i);
+          if (future_[k]) {
+            MCHECK(t >= last_future_tick, "order: id " << i << " tick " << t << " after tick " << last_future_tick);
+            last_future_tick = t;
+          }
+          model_erase(i);
+          set_state(i, state::idle);
+          continue;
+        }
         MCHECK(e->is_detached(), "id " << i);
         if (future_[k]) {
           MCHECK(t >= last_future_tick, "order: id " << i << " tick " << t << " after tick " << last_future_tick);
@@ -617,6 +652,17 @@ class model_run {
              "lost: id " << model_.begin()->second << " deadline tick " << model_.begin()->first
                          << " <= now tick " << nt << " was not detached");
     }
+  }
+
+  // The visitor of advance(): records the entry, checks that it is being detached, and
+  // is done with about half of them.
+  static bool visit(void* self, wheel_entry& entry) noexcept {
+    auto& m = *static_cast<model_run*>(self);
+    auto& e = static_cast<item&>(entry);
+    if (!e.is_detached() || e.is_pending()) m.visited_detached_ = false;
+    const bool done = m.chance(500);
+    m.visited_.emplace_back(&e, done);
+    return done;
   }
 
   void check_invariants() {
@@ -681,6 +727,9 @@ class model_run {
   std::vector<std::multimap<std::uint64_t, int>::iterator> where_;
   index_set idle_, pending_, held_set_;
   wheel_entry_list held_;
+  // What visit() saw in the current advance() call: each entry, and whether it was done.
+  std::vector<std::pair<item*, bool>> visited_;
+  bool visited_detached_ = true;  // every visited entry was detached (neither pending nor idle)
   std::mt19937_64 rng_;
   timing_wheel wheel_;
   std::int64_t now_ns_;
@@ -717,7 +766,8 @@ void run_model(const run_config& c) {
                             << "), moved whole " << m.wheel().counters().moved_whole
                             << ", final tick " << m.wheel().current_tick() << ", pending avg "
                             << s.pending_sum / c.steps << " max " << s.max_pending
-                            << ", late passes " << s.late_passes);
+                            << ", late passes " << s.late_passes << ", advances with a visitor "
+                            << s.visited_advances);
   // The run exercised what it is meant to.
   BOOST_TEST(s.inserts > c.steps / 6);
   BOOST_TEST(s.detached > c.steps / 10);

@@ -810,6 +810,71 @@ BOOST_AUTO_TEST_CASE(bounded_same_tick_with_an_entry_moved_later_inside) {
   BOOST_TEST(h.wheel.empty());
 }
 
+// advance() with a visitor: every due entry is visited once, in the batch's order, while
+// detached; the ones the visitor is done with are idle afterwards and not in the batch
+// (each may be filed again at once), the others are in the batch in visiting order. Here
+// a run of one tick (one lane, walked as a run), an entry moved later inside it (re-filed
+// in between), an entry already due when filed (the due list) and entries of other ticks.
+namespace {
+struct visit_log {
+  std::vector<int> ids;
+  bool all_detached = true;
+  static bool done_with_even_ids(void* log, wheel_entry& entry) noexcept {
+    auto& l = *static_cast<visit_log*>(log);
+    auto& e = static_cast<item&>(entry);
+    if (!e.is_detached() || e.is_pending()) l.all_detached = false;
+    l.ids.push_back(e.id);
+    return e.id % 2 == 0;
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_visitor_takes_the_entries_it_is_done_with) {
+  auto items = make_items(14);
+  timing_wheel wheel({}, 1ms);
+  for (int i = 0; i < 10; ++i) wheel.insert(items[i], 5ms);
+  wheel.reschedule(items[4], 7ms);
+  wheel.insert(items[10], ns::zero());  // already due
+  wheel.insert(items[11], 3ms);
+  wheel.insert(items[12], 6ms);
+  wheel.insert(items[13], 9ms);
+  const auto ids_in = [](const wheel_entry_list& l) {
+    std::vector<int> ids;
+    for (const auto& e : l) ids.push_back(static_cast<const item&>(e).id);
+    return ids;
+  };
+
+  visit_log log;
+  wheel_entry_list out;
+  // Bounded: 10 and 11, then the run of 5 ms up to the budget.
+  BOOST_TEST(wheel.advance(6ms, out, &visit_log::done_with_even_ids, &log, 5) == 5u);
+  BOOST_TEST(log.ids == (std::vector<int>{10, 11, 0, 1, 2}));
+  BOOST_TEST(ids_in(out) == (std::vector<int>{11, 1}));
+  BOOST_TEST(wheel.advance(6ms, out, &visit_log::done_with_even_ids, &log) == 7u);
+  BOOST_TEST(log.ids == (std::vector<int>{10, 11, 0, 1, 2, 3, 5, 6, 7, 8, 9, 12}));
+  BOOST_TEST(ids_in(out) == (std::vector<int>{11, 1, 3, 5, 7, 9}));
+  BOOST_TEST(log.all_detached);
+  for (int id : {10, 0, 2, 6, 8, 12}) {
+    BOOST_TEST(!items[id].is_pending());
+    BOOST_TEST(!items[id].is_detached());
+  }
+  for (int id : {11, 1, 3, 5, 7, 9}) BOOST_TEST(items[id].is_detached());
+  BOOST_TEST(items[4].is_pending());  // moved later: re-filed, not visited
+  BOOST_TEST(wheel.size() == 2u);
+  BOOST_TEST(wheel.counters().expired == 12u);
+  BOOST_TEST(wheel.counters().cascaded == 1u);
+  const auto& c = wheel.counters();
+  BOOST_TEST(c.inserted == c.removed + c.expired + wheel.size());
+
+  // An entry the visitor was done with is idle: filed again as any idle entry.
+  wheel.insert(items[0], 8ms);
+  BOOST_TEST(wheel.advance(9ms, out, &visit_log::done_with_even_ids, &log) == 3u);
+  BOOST_TEST(log.ids == (std::vector<int>{10, 11, 0, 1, 2, 3, 5, 6, 7, 8, 9, 12, 4, 0, 13}));
+  BOOST_TEST(ids_in(out) == (std::vector<int>{11, 1, 3, 5, 7, 9, 13}));
+  BOOST_TEST(wheel.empty());
+  out.clear();
+}
+
 BOOST_AUTO_TEST_CASE(bounded_past_entries) {
   auto items = make_items(100);
   harness h({}, 1s);

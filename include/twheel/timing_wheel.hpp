@@ -245,6 +245,21 @@ class timing_wheel {
                       std::size_t max_entries = std::numeric_limits<std::size_t>::max(),
                       std::size_t max_early = std::numeric_limits<std::size_t>::max());
 
+  /// What the overload below hands each due entry to. Returns true when it is done with
+  /// the entry: the entry is then idle, and not put into the batch.
+  using due_visitor = bool (*)(void* context, wheel_entry& entry) noexcept;
+
+  /// As advance() above, but each due entry is first given to `visit(context, entry)`, in
+  /// the order the batch would get it, and only an entry it is not done with goes into
+  /// `out`. Every due entry still counts as detached (return value, counters). The wheel
+  /// fetches the next entry of a due lane before the call, so an owner's work on one entry
+  /// overlaps the walk to the next, and each due entry is touched once rather than once
+  /// here and again in `out`. In the call the entry is neither pending nor idle
+  /// (is_detached()), and `visit` must not call any member of the wheel.
+  std::size_t advance(duration now, wheel_entry_list& out, due_visitor visit, void* context,
+                      std::size_t max_entries = std::numeric_limits<std::size_t>::max(),
+                      std::size_t max_early = std::numeric_limits<std::size_t>::max());
+
   /// When to call advance() next: advance() with a `now` before it detaches nothing. It
   /// is the start of the earliest non-empty slot or, for a slot below the top level with
   /// fewer than detail::crowded_slot entries or with entries all filed with one deadline

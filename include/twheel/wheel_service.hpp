@@ -376,6 +376,10 @@ class wheel_service : public boost::asio::execution_context::service {
                    const boost::system::error_code& ec);
   void on_driver(std::uint64_t generation, bool from_timer, const boost::system::error_code& ec);
   bool refile_idle(detail::timer_state& timer, std::chrono::nanoseconds now) noexcept;
+  // A pass's walk of the due timers (timing_wheel::due_visitor, `pass` a due_pass).
+  struct due_pass;
+  static bool settle_due(void* pass, wheel_entry& entry) noexcept;
+  static bool settle_due_other(const due_pass& pass, detail::timer_state& timer) noexcept;
   void disarm_driver() noexcept;
   void attach_executor(boost::asio::any_io_executor ex);
   template <class Executor>

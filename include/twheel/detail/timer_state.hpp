@@ -68,19 +68,26 @@ struct idle_entry : timer_state {
   }
 };
 
+// When an idle entry's wait is due, in wheel time: (an upper bound of) its last touch +
+// period. `epoch` turns the stamp into a time, `to_wheel` a clock time point into wheel
+// time (rounding up). Templates, this and the next, so that the test can drive them with
+// its own clock.
+template <class Epoch, class ToWheelTime>
+std::chrono::nanoseconds idle_due(const idle_entry& entry, const Epoch& epoch,
+                                  ToWheelTime to_wheel) noexcept {
+  const auto touched_at = epoch.upper_bound(entry.touched.load(std::memory_order_relaxed));
+  return to_wheel(entry.period_after(idle_entry::clock_type::time_point(
+      std::chrono::duration_cast<idle_entry::clock_type::duration>(
+          touched_at.time_since_epoch()))));
+}
+
 // What the driver does with an idle entry that came due at wheel time `now` (its waits
-// not yet settled): re-files it at (an upper bound of) its last touch + period when that
-// is still ahead and returns true; false means the wait is complete. `epoch` turns the
-// stamp into a time, `to_wheel` a clock time point into wheel time (rounding up).
-// Templates so that the test can drive them with its own clock.
+// not yet settled): re-files it at idle_due() when that is still ahead and returns true;
+// false means the wait is complete.
 template <class Epoch, class ToWheelTime>
 bool refile_if_touched(timing_wheel& wheel, idle_entry& entry, std::chrono::nanoseconds now,
                        const Epoch& epoch, ToWheelTime to_wheel) noexcept {
-  const auto touched_at = epoch.upper_bound(entry.touched.load(std::memory_order_relaxed));
-  const std::chrono::nanoseconds due = to_wheel(entry.period_after(
-      idle_entry::clock_type::time_point(
-          std::chrono::duration_cast<idle_entry::clock_type::duration>(
-              touched_at.time_since_epoch()))));
+  const std::chrono::nanoseconds due = idle_due(entry, epoch, to_wheel);
   if (due <= now) return false;
   wheel.insert(entry, due);
   return true;
