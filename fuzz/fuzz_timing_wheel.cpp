@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -19,6 +20,21 @@ struct item : twheel::wheel_entry {
 };
 
 constexpr int pool_size = 64;
+
+// advance()'s visitor: records each entry, in order, with whether it is done with it (ids
+// with bit 0 set are left in the batch).
+struct visit_log {
+  std::vector<std::pair<item*, bool>> seen;
+  bool all_detached = true;
+  static bool visit(void* log, twheel::wheel_entry& entry) noexcept {
+    auto& l = *static_cast<visit_log*>(log);
+    auto& e = static_cast<item&>(entry);
+    if (!e.is_detached() || e.is_pending()) l.all_detached = false;
+    const bool done = (e.id & 1) == 0;
+    l.seen.emplace_back(&e, done);
+    return done;
+  }
+};
 
 // Pulls little-endian integers from the input; zeros once it runs out.
 class reader {
@@ -115,13 +131,36 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         twheel::wheel_entry_list out;
         std::vector<int> got;
         std::uint64_t last_tick = 0;
+        // With bit 0x10, each due entry goes to a visitor first (as in the service's pass).
+        const bool visiting = (op & 0x10) != 0;
         for (;;) {
           // A bounded call bounds the early cascade's walk too, as the service does.
-          const std::size_t n = wheel.advance(std::chrono::nanoseconds(now), out, bound, bound);
+          visit_log log;
+          const std::size_t n =
+              visiting ? wheel.advance(std::chrono::nanoseconds(now), out, &visit_log::visit,
+                                       &log, bound, bound)
+                       : wheel.advance(std::chrono::nanoseconds(now), out, bound, bound);
+          std::vector<item*> detached;
+          if (visiting) {
+            check(log.all_detached);
+            auto kept = out.begin();
+            for (const auto& [e, done] : log.seen) {
+              detached.push_back(e);
+              if (done) {
+                check(!e->is_detached() && !e->is_pending());  // idle
+              } else {
+                check(kept != out.end() && &*kept == e);  // in the batch, in visit order
+                ++kept;
+              }
+            }
+            check(kept == out.end());
+          } else {
+            for (auto& e : out) detached.push_back(&static_cast<item&>(e));
+          }
           std::size_t seen = 0;
-          while (!out.empty()) {
-            auto& e = static_cast<item&>(out.front());
-            check(wheel.remove(e) == false);  // detached: unlinks from `out`
+          for (item* p : detached) {
+            item& e = *p;
+            if (e.is_detached()) check(wheel.remove(e) == false);  // unlinks it from `out`
             check(e.deadline_tick() <= now_tick);        // never early
             if (!e.overdue) {
               check(e.deadline_tick() >= last_tick);  // in deadline order
@@ -130,6 +169,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             got.push_back(e.id);
             ++seen;
           }
+          check(out.empty());
           check(seen == n);
           if (n == 0 && wheel.next_expiry().value_or(std::chrono::nanoseconds::max()) >
                             std::chrono::nanoseconds(now)) {
