@@ -303,16 +303,62 @@ std::optional<timing_wheel::duration> timing_wheel::next_expiry() const noexcept
 std::optional<timing_wheel::duration> timing_wheel::next_fine_slot_after(
     duration t) const noexcept {
   const std::uint64_t tick = tick_of(t);
-  // Level 0's slots are single ticks of the rotation elapsed_ is in.
-  if (tick < elapsed_ || (tick >> detail::slot_bits) != (elapsed_ >> detail::slot_bits)) {
+  if (tick < elapsed_) return std::nullopt;
+  constexpr unsigned bits = detail::slot_bits;
+  // Level 1 is searched only below a coarser level (not when it is the top, a ring) and
+  // with no staged entries that might join it first.
+  const bool level1_known = levels_ >= 3 && !staged_pending_;
+  if ((tick >> bits) == (elapsed_ >> bits)) {
+    // In level 0's rotation: its next non-empty slot after the one of `t`, or else level
+    // 1's next (its entries all lie after level 0's).
+    const auto index = static_cast<unsigned>(tick & detail::slot_mask);
+    if (index != detail::slot_mask) {
+      for (std::uint64_t later = wheel_[0].occupied() >> (index + 1) << (index + 1);
+           later != 0; later &= later - 1) {
+        const unsigned slot = detail::ctz64(later);
+        if (wheel_[0].holds(slot)) return from_tick(tick - index + slot);
+      }
+    }
+    if (!level1_known) return std::nullopt;
+    const auto wake = level1_wake_after(tick);
+    if (!wake) return std::nullopt;
+    return from_tick(*wake);
+  }
+  // In a later rotation of level 0 within level 1's: `t` is the wake-up of a sparse level-1
+  // slot (its earliest deadline), whose entries go to level 0 then. The next wake-up is
+  // the earliest of their later deadlines inside the slot, or level 1's next slot.
+  if (!level1_known || (tick >> (2 * bits)) != (elapsed_ >> (2 * bits))) return std::nullopt;
+  const auto& level1 = wheel_[1];
+  const auto slot = static_cast<unsigned>((tick >> bits) & detail::slot_mask);
+  const std::uint64_t start = tick >> bits << bits;
+  if (!level1.holds(slot) || wake_tick(1, start, level1.wake_hint(slot)) != tick) {
     return std::nullopt;
   }
-  const auto index = static_cast<unsigned>(tick & detail::slot_mask);
+  std::uint64_t best = std::numeric_limits<std::uint64_t>::max();
+  const bool walked = level1.visit_up_to(slot, sparse_look_ahead, [&](const wheel_entry& e) {
+    if (e.deadline_ > tick && e.deadline_ < start + detail::slots_per_level &&
+        e.deadline_ < best) {
+      best = e.deadline_;
+    }
+  });
+  if (!walked) return std::nullopt;
+  if (const auto wake = level1_wake_after(tick); wake && *wake < best) best = *wake;
+  if (best == std::numeric_limits<std::uint64_t>::max()) return std::nullopt;
+  return from_tick(best);
+}
+
+std::optional<std::uint64_t> timing_wheel::level1_wake_after(std::uint64_t tick) const noexcept {
+  constexpr unsigned bits = detail::slot_bits;
+  const auto index = static_cast<unsigned>((tick >> bits) & detail::slot_mask);
   if (index == detail::slot_mask) return std::nullopt;
-  for (std::uint64_t later = wheel_[0].occupied() >> (index + 1) << (index + 1); later != 0;
+  const auto& level1 = wheel_[1];
+  for (std::uint64_t later = level1.occupied() >> (index + 1) << (index + 1); later != 0;
        later &= later - 1) {
     const unsigned slot = detail::ctz64(later);
-    if (wheel_[0].holds(slot)) return from_tick(tick - index + slot);
+    if (!level1.holds(slot)) continue;
+    const std::uint64_t start =
+        (tick >> (2 * bits) << (2 * bits)) + (std::uint64_t{slot} << bits);
+    return wake_tick(1, start, level1.wake_hint(slot));
   }
   return std::nullopt;
 }

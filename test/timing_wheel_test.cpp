@@ -757,14 +757,58 @@ BOOST_AUTO_TEST_CASE(next_fine_slot_after_finds_the_following_slot_of_level_0) {
   BOOST_TEST(after(5ms).value().count() == ns(9ms).count());
   BOOST_TEST(after(9ms).value().count() == ns(63ms).count());
   BOOST_TEST(after(10ms).value().count() == ns(63ms).count());
-  BOOST_TEST(!after(63ms).has_value());  // the rotation's last slot
-  BOOST_TEST(!after(64ms).has_value());  // another rotation: level 1 decides there
+  // The rotation's last slot: level 1's next slot, woken at its earliest deadline.
+  BOOST_TEST(after(63ms).value().count() == ns(70ms).count());
+  BOOST_TEST(!after(64ms).has_value());  // another rotation, and not a wake-up there
   BOOST_TEST(h.advance_ids(9ms) == (std::vector<int>{0, 1}));
   BOOST_TEST(after(9ms).value().count() == ns(63ms).count());
   BOOST_TEST(!after(5ms).has_value());  // before the wheel's time
   h.remove(items[2]);
-  BOOST_TEST(!after(9ms).has_value());
+  BOOST_TEST(after(9ms).value().count() == ns(70ms).count());
   h.remove(items[3]);
+  BOOST_TEST(!after(9ms).has_value());
+}
+
+// When `t` is the wake-up of a sparse level-1 slot (its earliest deadline), the next is
+// the earliest later deadline in that slot, or level 1's next slot if sooner; a slot of
+// more than 16 entries is not read, and a wheel of two levels (level 1 its top, a ring)
+// does not look into level 1.
+BOOST_AUTO_TEST_CASE(next_fine_slot_after_reads_a_sparse_level_1_slot) {
+  auto items = make_items(40);
+  harness h;  // 1 ms tick: level-1 slot 1 is [64 ms, 128 ms), slot 2 [128 ms, 192 ms)
+  h.insert(items[0], 70ms);
+  h.insert(items[1], 100ms);
+  h.insert(items[2], 75ms);
+  h.insert(items[3], 130ms);
+  const auto after = [&](ns t) { return h.wheel.next_fine_slot_after(t); };
+  BOOST_TEST(after(70ms).value().count() == ns(75ms).count());
+  BOOST_TEST(!after(71ms).has_value());  // not the slot's wake-up
+  h.remove(items[2]);
+  h.remove(items[1]);
+  BOOST_TEST(after(70ms).value().count() == ns(130ms).count());  // level 1's next slot
+  h.insert(items[1], 129ms);
+  BOOST_TEST(after(70ms).value().count() == ns(129ms).count());
+  // Past that wake-up the next is what next_expiry() then says.
+  BOOST_TEST(h.advance_ids(70ms) == (std::vector<int>{0}));
+  BOOST_TEST(h.wheel.next_expiry().value().count() == ns(129ms).count());
+  // A crowded-ish slot: more entries than the look-ahead reads.
+  for (int i = 4; i < 21; ++i) h.insert(items[i], 200ms + std::chrono::milliseconds(i));
+  BOOST_TEST(after(129ms).value().count() == ns(130ms).count());
+  BOOST_TEST(h.advance_ids(130ms) == (std::vector<int>{1, 3}));
+  BOOST_TEST(h.wheel.next_expiry().value().count() == ns(204ms).count());
+  BOOST_TEST(!after(204ms).has_value());  // 17 entries: not read
+  h.remove(items[20]);
+  BOOST_TEST(after(204ms).value().count() == ns(205ms).count());  // 16: read
+  for (int i = 4; i < 20; ++i) h.remove(items[i]);
+
+  auto two = make_items(2);
+  harness h2(make_config(1ms, 2));
+  h2.insert(two[0], 70ms);
+  h2.insert(two[1], 75ms);
+  BOOST_TEST(!h2.wheel.next_fine_slot_after(70ms).has_value());
+  BOOST_TEST(!h2.wheel.next_fine_slot_after(63ms).has_value());
+  h2.remove(two[0]);
+  h2.remove(two[1]);
 }
 
 BOOST_AUTO_TEST_CASE(bounded_same_tick) {

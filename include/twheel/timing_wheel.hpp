@@ -274,11 +274,15 @@ class timing_wheel {
   /// A time at or before now() means "call advance() now". O(levels).
   std::optional<duration> next_expiry() const noexcept;
 
-  /// The tick of the first non-empty slot of the finest level after the one of `t`, if
-  /// `t` lies in the finest level's current rotation (at or after now()) and one follows
-  /// in it: a time next_expiry() will say once the wheel is past `t`, unless those
-  /// entries go first or coarser slots come due before. An owner can arm that wake-up
-  /// ahead. O(1).
+  /// The wake-up after the one at `t` (at or after now()), if the wheel can tell it from
+  /// the two finest levels: a time next_expiry() will say once the wheel is past `t`,
+  /// unless those entries go first or other slots come due before, so that an owner can
+  /// arm that wake-up ahead. Within the finest level's current rotation, it is the start
+  /// of its next non-empty slot after the one of `t`; when none follows there (and the
+  /// wheel has 3 levels or more), the wake-up of level 1's next non-empty slot. When `t`
+  /// is the wake-up of a sparse level-1 slot (its earliest deadline, in a later rotation
+  /// of the finest level), it is the earliest later deadline in that slot (a walk of at
+  /// most 16 entries), or level 1's next slot's wake-up if that is sooner. O(1).
   std::optional<duration> next_fine_slot_after(duration t) const noexcept;
 
   /// Pending entries (filed or awaiting detachment). O(1); never drifts.
@@ -367,6 +371,11 @@ class timing_wheel {
   // When an occupied slot of `level` that starts at tick `start` is woken, given its
   // level's wake_hint() for it; one rule for next_expiry() and for what file() reports.
   std::uint64_t wake_tick(unsigned level, std::uint64_t start, std::uint64_t hint) const noexcept;
+  // The wake-up tick of level 1's first non-empty slot after the one of `tick`, in the
+  // same rotation of level 1.
+  std::optional<std::uint64_t> level1_wake_after(std::uint64_t tick) const noexcept;
+  // The entries next_fine_slot_after() reads in a level-1 slot at most.
+  static constexpr std::uint32_t sparse_look_ahead = 16;
 
   std::int64_t tick_ns_;
   unsigned levels_;

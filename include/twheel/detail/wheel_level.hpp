@@ -170,6 +170,20 @@ class wheel_level {
 
   bool empty() const noexcept { return occupied_ == 0; }
 
+  // Calls f(entry) for each entry of occupied `slot`, up to `max` of them; false if the
+  // slot holds more (some may have been visited).
+  template <class F>
+  bool visit_up_to(unsigned slot, std::uint32_t max, F&& f) const noexcept {
+    std::uint32_t visited = 0;
+    for (const auto& lane : lanes(slot)) {
+      for (const Entry& e : lane) {
+        if (++visited > max) return false;
+        f(e);
+      }
+    }
+    return true;
+  }
+
   // Marked occupied: holding entries, or emptied by remove() after entries were moved into
   // it whole (they name the slot they came from, so the bit stays until the slot is taken
   // or a search finds it empty: drop_if_emptied()).
