@@ -156,8 +156,17 @@ void wheel_service::ensure_driver() {
     if (!next || tick < *next) next = tick;
   }
   if (!next || driver_->wanted_by(*next)) return;  // ensure() would change nothing
-  driver_->ensure(*next, wheel_.now(),
-                  driver_->stands_by() ? wheel_.next_fine_slot_after(*next) : std::nullopt);
+  std::optional<std::chrono::nanoseconds> following;
+  if (driver_->stands_by()) {
+    // The wake-up after `next` that its pass will not have taken already: a pass runs
+    // about as late as the last one did, and takes what is due by then.
+    const auto reach = *next + driver_->expected_lateness();
+    following = wheel_.next_fine_slot_after(*next);
+    for (int skip = 0; skip < 4 && following && *following <= reach; ++skip) {
+      following = wheel_.next_fine_slot_after(*following);
+    }
+  }
+  driver_->ensure(*next, wheel_.now(), following);
 }
 
 void wheel_service::disarm_driver() noexcept {
@@ -230,6 +239,7 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     const clock_type::time_point clock_now = clock_type::now();
     if (keeps_touch_epoch()) epoch().pass(clock_now);  // before any stamp is read
     std::chrono::nanoseconds now = wheel_time(clock_now);
+    driver_->note_pass(now);
     // Entries examined so far: each one examined is either detached or re-filed (a slot
     // moved whole counts as one).
     const auto examined = [this] {

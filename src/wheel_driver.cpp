@@ -145,6 +145,7 @@ bool wheel_driver::accept(std::uint64_t generation, bool from_timer,
   }
   // A superseded arm or a disarm: a newer arm (if any) is still pending.
   if (generation != generation_) return false;
+  woke_for_ = from_timer ? armed_at_ : std::nullopt;
   armed_at_.reset();
   if (from_timer) timer_armed_ = false;
   return !ec;

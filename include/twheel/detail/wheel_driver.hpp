@@ -64,6 +64,15 @@ class wheel_driver {
   // spent. A refused one changes nothing.
   bool accept(std::uint64_t generation, bool from_timer,
               const boost::system::error_code& ec) noexcept;
+  // The pass of the wake-up accepted last runs at `now`: how late its timer fired is
+  // kept as the expected lateness of the next (see expected_lateness()).
+  void note_pass(std::chrono::nanoseconds now) noexcept {
+    if (woke_for_) lateness_ = now > *woke_for_ ? now - *woke_for_ : std::chrono::nanoseconds(0);
+    woke_for_.reset();
+  }
+  // How late the last wake-up from the timer was: a pass then takes what comes due by
+  // then, so a standby before that would be spent already.
+  std::chrono::nanoseconds expected_lateness() const noexcept { return lateness_; }
   // Shutdown: no wake-up is wanted any more and the internal timer goes, while the
   // context's timer service still exists. The pool stays for handlers still queued.
   void release() noexcept;
@@ -99,6 +108,8 @@ class wheel_driver {
   std::uint64_t generation_ = 0;  // the wanted wake-up's; a fresh one on every disarm
   std::uint64_t standby_generation_ = 0;
   std::uint64_t issued_ = 0;  // the last generation given to a wake-up or a disarm
+  std::optional<std::chrono::nanoseconds> woke_for_;  // the accepted timer wake-up's time
+  std::chrono::nanoseconds lateness_{0};  // how late the last one's pass ran
 };
 
 }  // namespace twheel::detail
