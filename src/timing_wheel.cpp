@@ -483,8 +483,9 @@ std::size_t timing_wheel::advance(duration now, wheel_entry_list& out, due_visit
     }
     // The run of due entries at the lane's front. Each one's successor is fetched before
     // the visit, whose work then hides the miss. Entries the visitor is done with stay
-    // linked until the run is cut out of the lane in one unlink (they are idle, and an
-    // idle entry's links are never read); the others move to `out` one by one.
+    // linked until the run is cut out of the lane in one unlink (marked idle already;
+    // their links are still used until then, hence the visitor's contract); the others
+    // move to `out` one by one.
     while (run < budget && end != lane.end() && end->deadline_ <= elapsed_) {
       wheel_entry& entry = *end++;
 #if defined(__GNUC__)

@@ -160,10 +160,16 @@ void wheel_service::ensure_driver() {
   if (driver_->stands_by()) {
     // The wake-up after `next` that its pass will not have taken already: a pass runs
     // about as late as the last one did, and takes what is due by then.
-    const auto reach = *next + driver_->expected_lateness();
+    const auto lateness = driver_->expected_lateness();
+    const auto reach = *next < std::chrono::nanoseconds::max() - lateness
+                           ? *next + lateness
+                           : std::chrono::nanoseconds::max();
     following = wheel_.next_fine_slot_after(*next);
     for (int skip = 0; skip < 4 && following && *following <= reach; ++skip) {
-      following = wheel_.next_fine_slot_after(*following);
+      // A guess the wheel cannot follow further (inside a level-1 slot) is kept.
+      const auto after = wheel_.next_fine_slot_after(*following);
+      if (!after) break;
+      following = after;
     }
   }
   driver_->ensure(*next, wheel_.now(), following);
@@ -192,7 +198,9 @@ constexpr std::size_t early_walk_per_pass = 128;
 // the walk and once more in a loop over the batch: a burst of 1,000,000 spent 19% of its
 // time on the walk's misses alone (perf). An idle timer touched since it was filed is left
 // in the batch and re-filed after the walk, which must not change the wheel; one due
-// after all is settled in the walk, so that the handlers keep the walk's order.
+// after all is settled in the walk, so that the handlers keep the walk's order (unless a
+// touch() racing the walk makes it due only for the check after the walk: then it is
+// settled there).
 struct wheel_service::due_pass {
   wheel_service* self;
   settled* fired;

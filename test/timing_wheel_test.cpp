@@ -744,7 +744,8 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(advance)
 
 // The wake-up after the next one, for the driver's standby: the finest level's next
-// non-empty slot after a time, inside that level's current rotation only.
+// non-empty slot after a time inside that level's current rotation, or else level 1's
+// next slot's wake-up.
 BOOST_AUTO_TEST_CASE(next_fine_slot_after_finds_the_following_slot_of_level_0) {
   auto items = make_items(4);
   harness h;  // 1 ms tick: level 0 is [0 ms, 64 ms) now

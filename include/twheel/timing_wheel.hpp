@@ -246,7 +246,8 @@ class timing_wheel {
                       std::size_t max_early = std::numeric_limits<std::size_t>::max());
 
   /// What the overload below hands each due entry to. Returns true when it is done with
-  /// the entry: the entry is then idle, and not put into the batch.
+  /// the entry: the entry is then idle once advance() returns, and not put into the
+  /// batch.
   using due_visitor = bool (*)(void* context, wheel_entry& entry) noexcept;
 
   /// As advance() above, but each due entry is first given to `visit(context, entry)`, in
@@ -255,7 +256,9 @@ class timing_wheel {
   /// fetches the next entry of a due lane before the call, so an owner's work on one entry
   /// overlaps the walk to the next, and each due entry is touched once rather than once
   /// here and again in `out`. In the call the entry is neither pending nor idle
-  /// (is_detached()), and `visit` must not call any member of the wheel.
+  /// (is_detached()), and `visit` must not call any member of the wheel. An entry it is
+  /// done with may still be linked to its neighbours until advance() returns: it must
+  /// not be destroyed or filed anywhere before then.
   std::size_t advance(duration now, wheel_entry_list& out, due_visitor visit, void* context,
                       std::size_t max_entries = std::numeric_limits<std::size_t>::max(),
                       std::size_t max_early = std::numeric_limits<std::size_t>::max());

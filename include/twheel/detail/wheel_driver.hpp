@@ -19,8 +19,8 @@ namespace twheel::detail {
 // a wake-up of an older one (superseded, disarmed, or cancelled in flight) is refused by
 // accept(), so the owner runs exactly one pass per arm it still wants.
 //
-// A second timer stands by at the wake-up the owner expects after the armed one (ensure's
-// `following`). Why: when the armed timer expires, Asio's reactor sets its timerfd to its
+// A second timer stands by at the wake-up the owner expects after the armed one's pass
+// (ensure's `following`: the next one, or a later one that pass will not have taken). Why: when the armed timer expires, Asio's reactor sets its timerfd to its
 // next timer (five minutes when it has none), and arming the driver again for the next
 // wake-up sets it once more; each timerfd_settime took 3.2 us on this project's VM. With
 // the standby waiting there, the reactor's setting is already the right one, the standby
