@@ -312,13 +312,7 @@ std::optional<timing_wheel::duration> timing_wheel::next_fine_slot_after(
     // In level 0's rotation: its next non-empty slot after the one of `t`, or else level
     // 1's next (its entries all lie after level 0's).
     const auto index = static_cast<unsigned>(tick & detail::slot_mask);
-    if (index != detail::slot_mask) {
-      for (std::uint64_t later = wheel_[0].occupied() >> (index + 1) << (index + 1);
-           later != 0; later &= later - 1) {
-        const unsigned slot = detail::ctz64(later);
-        if (wheel_[0].holds(slot)) return from_tick(tick - index + slot);
-      }
-    }
+    if (const auto slot = wheel_[0].next_held_after(index)) return from_tick(tick - index + *slot);
     if (!level1_known) return std::nullopt;
     const auto wake = level1_wake_after(tick);
     if (!wake) return std::nullopt;
@@ -350,17 +344,10 @@ std::optional<timing_wheel::duration> timing_wheel::next_fine_slot_after(
 std::optional<std::uint64_t> timing_wheel::level1_wake_after(std::uint64_t tick) const noexcept {
   constexpr unsigned bits = detail::slot_bits;
   const auto index = static_cast<unsigned>((tick >> bits) & detail::slot_mask);
-  if (index == detail::slot_mask) return std::nullopt;
-  const auto& level1 = wheel_[1];
-  for (std::uint64_t later = level1.occupied() >> (index + 1) << (index + 1); later != 0;
-       later &= later - 1) {
-    const unsigned slot = detail::ctz64(later);
-    if (!level1.holds(slot)) continue;
-    const std::uint64_t start =
-        (tick >> (2 * bits) << (2 * bits)) + (std::uint64_t{slot} << bits);
-    return wake_tick(1, start, level1.wake_hint(slot));
-  }
-  return std::nullopt;
+  const auto slot = wheel_[1].next_held_after(index);
+  if (!slot) return std::nullopt;
+  const std::uint64_t start = (tick >> (2 * bits) << (2 * bits)) + (std::uint64_t{*slot} << bits);
+  return wake_tick(1, start, wheel_[1].wake_hint(*slot));
 }
 
 // A slot about to be taken, and whether it may be moved whole: crowded and uniform (see

@@ -6,6 +6,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include <cassert>
 #include <utility>
 
 namespace twheel {
@@ -276,12 +277,12 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
                                 early_walk_per_pass);
       if (examined() - examined_before == used) break;  // nothing to walk after all
     }
+    // What the walk left: idle timers with a wait, touched since they were filed.
     while (!due.empty()) {
       auto& timer = static_cast<detail::timer_state&>(due.pop_front());
-      // A timer whose waits were all cancelled kept its place until now: it leaves.
-      if (!timer.has_waits()) continue;
-      // An idle timer touched since it was filed: re-filed at its last touch + period.
-      if (timer.idle && refile_idle(timer, now)) continue;
+      assert(timer.idle && timer.has_waits());
+      // Re-filed at its last touch + period (unless a racing touch() made it due after all).
+      if (refile_idle(timer, now)) continue;
       settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
     }
     // Every wait settled in this pass is in `fired`.

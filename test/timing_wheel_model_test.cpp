@@ -603,23 +603,18 @@ class model_run {
         MCHECK(t <= nt, "early: id " << i << " deadline tick " << t << " > now tick " << nt);
         MCHECK(e->deadline_tick() == t, "id " << i);
         MCHECK(e->deadline_tick() <= wheel_.current_tick(), "id " << i);
-        if (done) {
-          // Idle, in no list: it may be filed again at once.
-          MCHECK(!e->is_detached() && !e->is_pending(), "visited id " << i);
-          if (future_[k]) {
-            MCHECK(t >= last_future_tick, "order: id " << i << " tick " << t << " after tick " << last_future_tick);
-            last_future_tick = t;
-          }
-          model_erase(i);
-          set_state(i, state::idle);
-          continue;
-        }
-        MCHECK(e->is_detached(), "id " << i);
+        // One the visitor was done with is idle, in no list: it may be filed again at once.
+        if (done) MCHECK(!e->is_detached() && !e->is_pending(), "visited id " << i);
+        else MCHECK(e->is_detached(), "id " << i);
         if (future_[k]) {
           MCHECK(t >= last_future_tick, "order: id " << i << " tick " << t << " after tick " << last_future_tick);
           last_future_tick = t;
         }
         model_erase(i);
+        if (done) {
+          set_state(i, state::idle);
+          continue;
+        }
         // Most leave the caller's list through remove(); some stay there for a while.
         if (chance(150)) {
           held_.splice_back(batch, *e);

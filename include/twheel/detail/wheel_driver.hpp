@@ -20,10 +20,11 @@ namespace twheel::detail {
 // accept(), so the owner runs exactly one pass per arm it still wants.
 //
 // A second timer stands by at the wake-up the owner expects after the armed one's pass
-// (ensure's `following`: the next one, or a later one that pass will not have taken). Why: when the armed timer expires, Asio's reactor sets its timerfd to its
-// next timer (five minutes when it has none), and arming the driver again for the next
-// wake-up sets it once more; each timerfd_settime took 3.2 us on this project's VM. With
-// the standby waiting there, the reactor's setting is already the right one, the standby
+// (ensure's `following`: the next one, or a later one that pass will not have taken).
+// Why: when the armed timer expires, Asio's reactor sets its timerfd to its next timer
+// (five minutes when it has none), and arming the driver again for the next wake-up sets
+// it once more; each timerfd_settime took 3.2 us on this project's VM. With the standby
+// waiting there, the reactor's setting is already the right one, the standby
 // becomes the wake-up with no system call, and the next standby, later than it, sets
 // nothing either. A standby whose time the owner no longer wants fires for nothing (its
 // wake-up is refused).

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <new>
+#include <optional>
 
 namespace twheel::detail {
 
@@ -169,6 +170,17 @@ class wheel_level {
   }
 
   bool empty() const noexcept { return occupied_ == 0; }
+
+  // The first slot after `index` (in this rotation, no wrap) that holds entries.
+  std::optional<unsigned> next_held_after(unsigned index) const noexcept {
+    if (index >= slot_mask) return std::nullopt;
+    for (std::uint64_t later = occupied_ >> (index + 1) << (index + 1); later != 0;
+         later &= later - 1) {
+      const unsigned slot = ctz64(later);
+      if (holds(slot)) return slot;
+    }
+    return std::nullopt;
+  }
 
   // Calls f(entry) for each entry of occupied `slot`, up to `max` of them; false if the
   // slot holds more (some may have been visited).
