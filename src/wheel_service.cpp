@@ -3,6 +3,10 @@
 
 #include <twheel/detail/asio_scheduler.hpp>
 
+#include <boost/asio/execution/context.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/asio/thread_pool.hpp>
+
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -47,9 +51,21 @@ wheel_service::wheel_service(execution_context& ctx, const wheel_options& option
       scheduler_(scheduler) {}
 
 void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
+  using io_executor = boost::asio::io_context::executor_type;
+  using pool_executor = boost::asio::thread_pool::executor_type;
   lock_type lock(mutex_);
   if (driver_) return;
   executor_ = std::move(ex);
+  // Records reach Asio's scheduler directly, so running one runs its handler on the
+  // context's plain executor and on nothing else: not inside a strand or another wrapper
+  // that driver_executor() could not see through (the driver then runs in it, but no
+  // handler runs outside its own executor), nor on another context's executor. Without
+  // that scheduler, records are posted to executor_ itself.
+  records_run_on_executor_ =
+      scheduler_ == nullptr ||
+      (&boost::asio::query(executor_, boost::asio::execution::context) == &context() &&
+       (executor_.target<io_executor>() != nullptr ||
+        executor_.target<pool_executor>() != nullptr));
   driver_.emplace(executor_, origin_, options_.slack, &wheel_service::wake, this);
   attached_.store(true, std::memory_order_release);
 }

@@ -2071,13 +2071,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(due_handlers_run_on_every_thread, Timer, timer_typ
 }
 
 // A timer made first on a strand must not put the wheel's own work in that strand: a
-// wait on another strand completes while the first strand is busy.
-BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
-BOOST_AUTO_TEST_CASE_TEMPLATE(waits_complete_while_another_strand_is_busy, Timer, timer_types) {
-  asio::thread_pool pool(2);
-  const asio::any_io_executor first_strand = asio::make_strand(pool);
+// wait on another strand completes while the first strand is busy. `First` is the first
+// timer's type, made on `first_strand`.
+template <class First, class Timer>
+void check_wait_completes_while_first_strand_is_busy(asio::thread_pool& pool,
+                                                     const asio::any_io_executor& first_strand) {
   const asio::any_io_executor second_strand = asio::make_strand(pool);
-  Timer first(first_strand);  // the first timer of the pool
+  First first(first_strand);  // the first timer of the pool
   Timer second(second_strand);
 
   std::promise<void> fired;
@@ -2096,6 +2096,61 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(waits_complete_while_another_strand_is_busy, Timer
   BOOST_TEST(blocker_saw_it.get_future().get());
   pool.join();
   BOOST_TEST(!result);
+}
+
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(waits_complete_while_another_strand_is_busy, Timer, timer_types) {
+  asio::thread_pool pool(2);
+  check_wait_completes_while_first_strand_is_busy<Timer, Timer>(pool, asio::make_strand(pool));
+}
+
+// The same with the first timer's executor wrapping the strand further: an as_default_on
+// timer type (its executor is executor_with_default<any_io_executor>), and a strand with
+// blocking.never required (a strand of another executor type).
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(waits_complete_while_a_wrapped_strand_is_busy, Timer, timer_types) {
+  {
+    asio::thread_pool pool(2);
+    using default_on = asio::deferred_t::as_default_on_t<Timer>;
+    check_wait_completes_while_first_strand_is_busy<default_on, Timer>(pool,
+                                                                       asio::make_strand(pool));
+  }
+  {
+    asio::thread_pool pool(2);
+    check_wait_completes_while_first_strand_is_busy<Timer, Timer>(
+        pool, asio::require(asio::make_strand(pool), asio::execution::blocking.never));
+  }
+}
+
+// Waits bound to a strand run in it, one at a time, whatever the first timer of the
+// context was made on: here an as_default_on timer on that very strand.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(strand_bound_waits_stay_in_the_strand_of_the_first_timer, Timer,
+                              timer_types) {
+  asio::io_context ctx(2);
+  const auto strand = asio::make_strand(asio::any_io_executor(ctx.get_executor()));
+  asio::deferred_t::as_default_on_t<Timer> first(strand);  // the context's first timer
+  constexpr int n = 200;
+  std::atomic<int> calls{0}, off_strand{0}, concurrent{0}, inside{0}, failed{0};
+  std::vector<std::unique_ptr<Timer>> timers;
+  const auto deadline = Timer::clock_type::now() + 20ms;
+  for (int i = 0; i < n; ++i) {
+    timers.push_back(std::make_unique<Timer>(ctx, deadline));
+    timers.back()->async_wait(asio::bind_executor(strand, [&](error_code ec) {
+      if (inside.fetch_add(1) != 0) ++concurrent;
+      if (!strand.running_in_this_thread()) ++off_strand;
+      if (ec) ++failed;
+      std::this_thread::sleep_for(20us);
+      inside.fetch_sub(1);
+      ++calls;
+    }));
+  }
+  auto r = run_ctx(ctx, 10s, 2);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls.load() == n);
+  BOOST_TEST(off_strand.load() == 0);
+  BOOST_TEST(concurrent.load() == 0);
+  BOOST_TEST(failed.load() == 0);
 }
 
 // ---------------------------------------------------------------------------------------

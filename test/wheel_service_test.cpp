@@ -26,7 +26,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <algorithm>
 #include <array>
@@ -1487,6 +1489,77 @@ BOOST_AUTO_TEST_CASE(a_timer_on_its_wheels_executor_keeps_no_copy_of_it) {
   BOOST_TEST(&s.get_executor() != &a.get_executor());
   BOOST_TEST((s.get_executor() == strand));
   BOOST_TEST((a.get_executor() == boost::asio::any_io_executor(ctx.get_executor())));
+}
+
+// The driver runs on the context's plain executor whatever wrapper of it the context's
+// first timer was made on (it must not wait behind a user's strand, nor hold one up).
+BOOST_AUTO_TEST_CASE(the_driver_runs_on_the_contexts_plain_executor) {
+  using io_executor = asio::io_context::executor_type;
+  using pool_executor = asio::thread_pool::executor_type;
+  auto driver_on_plain_io = [](asio::io_context& ctx) {
+    return twheel::wheel_service::of(ctx).executor().target<io_executor>() != nullptr;
+  };
+  {  // as_default_on: executor_with_default<any_io_executor> around a strand
+    asio::io_context ctx;
+    asio::deferred_t::as_default_on_t<twheel::steady_timer> t(asio::make_strand(ctx));
+    BOOST_TEST(driver_on_plain_io(ctx));
+  }
+  {  // a strand of the executor with blocking.never, type-erased
+    asio::io_context ctx;
+    twheel::steady_timer t(asio::require(asio::make_strand(ctx), asio::execution::blocking.never));
+    BOOST_TEST(driver_on_plain_io(ctx));
+  }
+  {  // the context's executor with work tracked, type-erased
+    asio::io_context ctx;
+    twheel::steady_timer t(asio::prefer(ctx.get_executor(), asio::execution::outstanding_work.tracked));
+    BOOST_TEST(driver_on_plain_io(ctx));
+  }
+  {  // a strand of a strand, typed
+    asio::io_context ctx;
+    auto strand = asio::make_strand(asio::make_strand(ctx));
+    twheel::basic_waitable_timer<clock_type, asio::wait_traits<clock_type>, decltype(strand)> t(
+        strand);
+    BOOST_TEST(driver_on_plain_io(ctx));
+  }
+  {  // a thread_pool's strand with relationship.continuation, type-erased
+    asio::thread_pool pool(1);
+    twheel::steady_timer t(
+        asio::prefer(asio::make_strand(pool), asio::execution::relationship.continuation));
+    BOOST_TEST(twheel::wheel_service::of(pool).executor().target<pool_executor>() != nullptr);
+    pool.join();
+  }
+}
+
+// A wrapper the driver cannot see through (here a strand of the context's executor with
+// the user's allocator, behind any_io_executor) keeps the driver in it. No handler is then
+// invoked as a record of the scheduler's, which would bypass the strand: those bound to
+// the strand still run in it, one at a time.
+BOOST_AUTO_TEST_CASE(handlers_stay_in_a_strand_the_driver_could_not_see_through) {
+  asio::io_context ctx(2);
+  twheel_test::alloc_counters c;
+  const auto strand = asio::make_strand(asio::require(
+      ctx.get_executor(), asio::execution::allocator(twheel_test::counting_allocator<void>(&c))));
+  twheel::steady_timer first{asio::any_io_executor(strand)};  // the context's first timer
+  BOOST_TEST(!twheel::wheel_service::of(ctx).runs_inline(strand));
+  constexpr int n = 100;
+  std::atomic<int> calls{0}, off_strand{0}, concurrent{0}, inside{0};
+  std::vector<std::unique_ptr<twheel::steady_timer>> timers;
+  const auto due = clock_type::now() + 10ms;
+  for (int i = 0; i < n; ++i) {
+    timers.push_back(std::make_unique<twheel::steady_timer>(ctx, due));
+    timers.back()->async_wait(asio::bind_executor(strand, [&](error_code) {
+      if (inside.fetch_add(1) != 0) ++concurrent;
+      if (!strand.running_in_this_thread()) ++off_strand;
+      std::this_thread::sleep_for(20us);
+      inside.fetch_sub(1);
+      ++calls;
+    }));
+  }
+  auto r = run_ctx(ctx, 10s, 2);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls.load() == n);
+  BOOST_TEST(off_strand.load() == 0);
+  BOOST_TEST(concurrent.load() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(handlers_run_on_associated_executor) {

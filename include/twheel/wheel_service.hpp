@@ -38,7 +38,11 @@ struct wheel_options {
   /// fire 30-50 us late), while a coarse slot stays small enough to cascade quickly.
   std::chrono::nanoseconds tick{std::chrono::microseconds(8)};
   /// Levels of 64 slots (1..10); 6 levels of 8 us reach ~6.4 days, 7 ~1.1 years. Later
-  /// deadlines are still exact: they are parked and re-filed.
+  /// deadlines are still exact: they are parked and re-filed, once per turn of the top
+  /// level (its reach). Keep the reach (tick x 64^levels) above the usual timeout: each
+  /// parked wait costs a re-file per turn, so with a tiny reach (2 levels of 100 ns reach
+  /// 410 us) many long waits make more re-files than the passes can do, and the wheel
+  /// falls behind the clock (waits then complete late, never early).
   unsigned levels = 6;
   /// Pending waits allowed at once; a wait beyond it completes with
   /// boost::asio::error::no_buffer_space. 0 means no limit. cancel_after() timeouts
@@ -226,14 +230,17 @@ class wheel_service : public boost::asio::execution_context::service {
   void detach_canceller(detail::wait_canceller& canceller) noexcept;
 
   /// Called by every timer's constructor: the first one gives the service the executor its
-  /// driver runs on (the context's own executor, never a strand: found through `ex`).
+  /// driver runs on (the context's own executor, never a strand or other wrapper of it:
+  /// found through `ex`).
   template <class Executor>
   void attach(const Executor& ex) {
     if (!attached_.load(std::memory_order_acquire)) attach_executor(driver_executor(ex));
   }
 
   /// True when handlers bound to `ex` may be invoked directly by the wheel's drain: `ex`
-  /// is the executor the driver itself runs on. Call after attach().
+  /// is the executor the driver itself runs on, and running a record runs it there (false
+  /// for every `ex` when the driver could not be given the context's plain executor).
+  /// Call after attach().
   template <class Executor>
   bool runs_inline(const Executor& ex) const noexcept;
   /// The executor the driver runs on; set by the first attach(), then never changed.
@@ -403,6 +410,9 @@ class wheel_service : public boost::asio::execution_context::service {
   wheel_options options_;
   std::atomic<bool> attached_{false};
   boost::asio::any_io_executor executor_;      // what the driver runs on; set once
+  // Whether running a record is running its handler on executor_ (runs_inline()); set
+  // with executor_.
+  bool records_run_on_executor_ = false;
   clock_type::time_point origin_;
   mutable detail::service_mutex mutex_;
   timing_wheel wheel_;

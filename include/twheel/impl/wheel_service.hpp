@@ -17,6 +17,10 @@
 #include <boost/asio/query.hpp>
 #include <boost/asio/execution/context.hpp>
 
+
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -104,37 +108,87 @@ inline wheel_service& wheel_service::of(boost::asio::execution_context& ctx) {
   return service;
 }
 
+namespace detail {
+
+// The context's plain executor if `ex` runs on an io_context's or a thread_pool's, seen
+// through strands and the other wrappers Asio makes of them; null otherwise. `ex` is one
+// of io_context's or thread_pool's executor types with any of their property bits
+// (blocking.never, relationship.continuation, outstanding_work.tracked: what require()
+// and prefer() make), a strand of any such executor or of an any_io_executor, or
+// io_context::strand.
+template <std::uintptr_t Bits>
+std::optional<boost::asio::any_io_executor> plain_executor_with_bits(
+    const boost::asio::any_io_executor& ex) {
+  using io = boost::asio::io_context::basic_executor_type<std::allocator<void>, Bits>;
+  using pool = boost::asio::thread_pool::basic_executor_type<std::allocator<void>, Bits>;
+  if (auto* t = ex.target<io>()) return boost::asio::any_io_executor(t->context().get_executor());
+  if (auto* t = ex.target<pool>()) return boost::asio::any_io_executor(t->context().get_executor());
+  if (auto* s = ex.target<boost::asio::strand<io>>()) {
+    return boost::asio::any_io_executor(s->get_inner_executor().context().get_executor());
+  }
+  if (auto* s = ex.target<boost::asio::strand<pool>>()) {
+    return boost::asio::any_io_executor(s->get_inner_executor().context().get_executor());
+  }
+  return std::nullopt;
+}
+
+template <std::uintptr_t... Bits>
+std::optional<boost::asio::any_io_executor> plain_executor_of(
+    const boost::asio::any_io_executor& ex, std::integer_sequence<std::uintptr_t, Bits...>) {
+  std::optional<boost::asio::any_io_executor> found;
+  ((found = plain_executor_with_bits<Bits>(ex)) || ...);
+  if (found) return found;
+  if (auto* s = ex.target<boost::asio::strand<boost::asio::any_io_executor>>()) {
+    return plain_executor_of(s->get_inner_executor(), std::integer_sequence<std::uintptr_t, Bits...>{});
+  }
+  if (auto* s = ex.target<boost::asio::io_context::strand>()) {
+    return boost::asio::any_io_executor(s->context().get_executor());
+  }
+  return std::nullopt;
+}
+
+// What query(ex, execution::context) names, when it names an io_context or a thread_pool
+// (strands and executor_with_default forward the query to the executor inside); void
+// otherwise.
+template <class Executor, class = void>
+struct queried_context {
+  using type = void;
+};
+template <class Executor>
+struct queried_context<
+    Executor, std::enable_if_t<boost::asio::can_query<const Executor&,
+                                                      boost::asio::execution::context_t>::value>> {
+  using type = std::remove_cv_t<std::remove_reference_t<decltype(boost::asio::query(
+      std::declval<const Executor&>(), boost::asio::execution::context))>>;
+};
+
+}  // namespace detail
+
 template <class Executor>
 boost::asio::any_io_executor wheel_service::driver_executor(const Executor& ex) {
   using boost::asio::any_io_executor;
-  using io_executor = boost::asio::io_context::executor_type;
-  using pool_executor = boost::asio::thread_pool::executor_type;
-  // The driver must not run inside a user's strand (it would wait behind the strand's
-  // work, and the strand behind every pass): unwrap to the context's own executor.
-  if constexpr (std::is_same_v<Executor, any_io_executor>) {
-    if (auto* t = ex.template target<io_executor>()) return t->context().get_executor();
-    if (auto* t = ex.template target<pool_executor>()) return driver_executor(*t);
-    if (auto* s = ex.template target<boost::asio::strand<io_executor>>()) {
-      return driver_executor(s->get_inner_executor());
+  using context_t = typename detail::queried_context<Executor>::type;
+  // The driver must not run inside a user's strand, or any other wrapper that serialises
+  // or defers work (it would wait behind the wrapper's work, and the work behind every
+  // pass): find the context's own executor behind `ex`. What cannot be seen through (a
+  // user's own adapter behind any_io_executor) is kept, with work untracked; then no
+  // handler runs inline (runs_inline()), so none runs outside its executor.
+  if constexpr (std::is_base_of_v<any_io_executor, Executor>) {
+    // any_io_executor itself, or as_default_on's executor_with_default<any_io_executor>
+    const any_io_executor& erased = ex;
+    if (auto plain = detail::plain_executor_of(erased,
+                                               std::make_integer_sequence<std::uintptr_t, 8>{})) {
+      return *plain;
     }
-    if (auto* s = ex.template target<boost::asio::strand<pool_executor>>()) {
-      return driver_executor(s->get_inner_executor());
-    }
-    if (auto* s = ex.template target<boost::asio::strand<any_io_executor>>()) {
-      return driver_executor(s->get_inner_executor());
-    }
-    if (auto* s = ex.template target<boost::asio::io_context::strand>()) {
-      return s->context().get_executor();
-    }
-    return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
-  } else if constexpr (std::is_same_v<Executor, io_executor>) {
-    return ex.context().get_executor();
-  } else if constexpr (std::is_same_v<Executor, pool_executor>) {
-    return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
-  } else if constexpr (detail::is_strand<Executor>::value) {
-    return driver_executor(ex.get_inner_executor());
+    return boost::asio::prefer(erased, boost::asio::execution::outstanding_work.untracked);
+  } else if constexpr (std::is_same_v<context_t, boost::asio::io_context>) {
+    return boost::asio::query(ex, boost::asio::execution::context).get_executor();
+  } else if constexpr (std::is_same_v<context_t, boost::asio::thread_pool>) {
+    return boost::asio::query(ex, boost::asio::execution::context).get_executor();
   } else if constexpr (std::is_same_v<Executor, boost::asio::io_context::strand>) {
     return ex.context().get_executor();
+  } else if constexpr (detail::is_strand<Executor>::value) {
+    return driver_executor(ex.get_inner_executor());
   } else {
     return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.untracked);
   }
@@ -142,6 +196,7 @@ boost::asio::any_io_executor wheel_service::driver_executor(const Executor& ex) 
 
 template <class Executor>
 bool wheel_service::runs_inline(const Executor& ex) const noexcept {
+  if (!records_run_on_executor_) return false;
   if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
     return ex == executor_;
   } else if constexpr (boost::asio::execution::is_executor<Executor>::value) {
