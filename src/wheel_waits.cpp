@@ -49,7 +49,8 @@ bool wheel_service::start_boxed_wait(detail::timer_state& timer,
   }
   if (timer.has_waits()) return false;
   records_.reserve();
-  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
+  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending &&
+      !timer.never_refused) {
     settled rejected;
     settle_box(handler, detail::wait_result::no_buffer_space, rejected);
     ++stats_.rejected;
@@ -80,7 +81,8 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   }
   records_.reserve();
   op->set_canceller(canceller);
-  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending) {
+  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending &&
+      !timer.never_refused) {
     settled rejected;
     settle_op(op, detail::wait_result::no_buffer_space, rejected);
     ++stats_.rejected;

@@ -11,6 +11,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <twheel/beast/tcp_stream.hpp>
+#include <twheel/steady_timer.hpp>
 #include <twheel/detail/completion_queue.hpp>
 #include <twheel/wheel_service.hpp>
 
@@ -831,6 +832,45 @@ BOOST_AUTO_TEST_CASE(twheel_one_wheel_entry_per_direction) {
   BOOST_TEST(r.ec == aborted);
   BOOST_TEST(w.ec == aborted);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
+}
+
+// max_pending never refuses a stream's timeout (as it never refuses cancel_after's): a
+// refused timeout used to complete at once and close the connection as timed out.
+BOOST_AUTO_TEST_CASE(twheel_timeouts_are_never_refused_by_max_pending) {
+  asio::io_context ctx;
+  twheel::wheel_options options;
+  options.max_pending = 1;
+  twheel::configure(ctx, options);
+  twheel::steady_timer holder(ctx, 1h);  // takes the one pending wait allowed
+  result held;
+  holder.async_wait([&](error_code ec) { held.ec = ec; });
+  pair<twheel::beast::tcp_stream> p(ctx);
+  std::array<char, 16> buf{};
+  {  // a read that completes within its timeout
+    result r;
+    p.client.expires_after(5s);
+    p.client.async_read_some(asio::buffer(buf), r.handler());
+    BOOST_TEST(twheel::stats(ctx).pending == 2u);  // over the limit: counted, not refused
+    asio::steady_timer later(ctx, 30ms);
+    later.async_wait([&](error_code) { asio::write(p.peer, asio::buffer("late", 4)); });
+    BOOST_REQUIRE(run_until(ctx, [&] { return r.calls != 0; }));
+    BOOST_TEST(!r.ec);
+    BOOST_TEST(r.n == 4u);
+    BOOST_TEST(p.client.socket().is_open());
+  }
+  {  // a read that times out does so at its timeout, not before
+    result r;
+    const auto t0 = wall::now();
+    p.client.expires_after(30ms);
+    p.client.async_read_some(asio::buffer(buf), r.handler());
+    BOOST_REQUIRE(run_until(ctx, [&] { return r.calls != 0; }));
+    BOOST_TEST(r.ec == timeout_ec);
+    BOOST_TEST((r.at - t0 >= 30ms));
+  }
+  BOOST_TEST(twheel::stats(ctx).rejected == 0u);
+  holder.cancel();
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
+  BOOST_TEST(held.ec == asio::error::operation_aborted);
 }
 
 // A stream on a strand costs no more than one on the context's executor: its timers run

@@ -152,6 +152,7 @@ class basic_waitable_timer {
     service_->move(state_, other.state_);
     state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
     state_.boxable = other.state_.boxable;
+    state_.never_refused = other.state_.never_refused;
     other.expiry_ = time_point();
   }
 
@@ -168,6 +169,7 @@ class basic_waitable_timer {
       other.service_->move(state_, other.state_);
       state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
       state_.boxable = other.state_.boxable;
+      state_.never_refused = other.state_.never_refused;
       service_ = other.service_;
       executor_ = other.executor_;
       expiry_ = other.expiry_;
@@ -178,6 +180,7 @@ class basic_waitable_timer {
 
   template <class C, class W, class E>
   friend class basic_waitable_timer;
+  friend struct detail::timer_access;
 
   /// Move-constructs a timer from one with another executor type; as the move
   /// constructor.
@@ -192,6 +195,7 @@ class basic_waitable_timer {
             detail::attach_timer_executor(*service_, executor_type(other.get_executor()))) {
     service_->move(state_, other.state_);
     state_.might_have_waits = std::exchange(other.state_.might_have_waits, false);
+    state_.never_refused = other.state_.never_refused;
     // The executor changed type: a handler boxed under the old one still runs where it did.
     state_.boxable = executor_.is_wheels(*service_);
     other.expiry_ = time_point();
@@ -504,6 +508,18 @@ class basic_waitable_timer {
   time_point expiry_{};
   detail::timer_executor<executor_type> executor_;
 };
+
+namespace detail {
+
+// What twheel's own adapters set on the timers they own (beast::basic_stream's timeouts).
+struct timer_access {
+  template <class Timer>
+  static timer_state& state(Timer& timer) noexcept {
+    return timer.state_;
+  }
+};
+
+}  // namespace detail
 
 }  // namespace twheel
 

@@ -45,8 +45,8 @@ struct wheel_options {
   /// falls behind the clock (waits then complete late, never early).
   unsigned levels = 6;
   /// Pending waits allowed at once; a wait beyond it completes with
-  /// boost::asio::error::no_buffer_space. 0 means no limit. cancel_after() timeouts
-  /// count as pending waits but are never refused.
+  /// boost::asio::error::no_buffer_space. 0 means no limit. cancel_after() timeouts and
+  /// beast::tcp_stream's timeouts count as pending waits but are never refused.
   std::size_t max_pending = 0;
   /// Wheel entries examined per driver pass; bounds the time one pass keeps the thread
   /// from other work. Must be positive.

@@ -194,7 +194,11 @@ class basic_stream {
     bool pending = false;
     bool timeout = false;  // set by the timeout handler, consumed by the operation
 
-    explicit op_state(const Executor& ex) : timer(wheel_executor(ex), never()) {}
+    explicit op_state(const Executor& ex) : timer(wheel_executor(ex), never()) {
+      // A timeout is never refused by max_pending, as cancel_after's are not: refused, it
+      // completed at once and closed a healthy connection as timed out.
+      twheel::detail::timer_access::state(timer).never_refused = true;
+    }
     op_state(op_state&&) = default;
   };
 
@@ -262,7 +266,7 @@ class basic_stream {
     allocator_type get_allocator() const noexcept { return {}; }
 
     void operator()(error_code ec) {
-      if (ec == boost::asio::error::operation_aborted) return;  // the operation won
+      if (ec) return;  // aborted: the operation won (and no other error is a timeout)
       auto sp = wp.lock();
       if (!sp) return;                  // the stream and its operations are gone
       if (tick < state->tick) return;   // fired after its operation completed: stale

@@ -19,6 +19,8 @@ class wheel_service;
 
 namespace twheel::detail {
 
+struct timer_access;
+
 // The timer object is itself the wheel entry, with its pending waits: the oldest in a
 // handler box inside the timer when its handler fits (no allocation), the others as
 // allocated operations in FIFO order behind it. Guarded by the service's lock, except
@@ -37,6 +39,9 @@ struct timer_state : wheel_entry {
   bool boxable = false;
   // An idle_entry: when it comes due, the driver checks its last touch first.
   bool idle = false;
+  // Its waits are timeouts of operations (beast::basic_stream's): like cancel_after's, they
+  // count as pending but wheel_options::max_pending never refuses them.
+  bool never_refused = false;
   // The oldest wait, if its handler fits in a box; used only while `waits` is empty, so
   // that it stays the oldest.
   handler_box box;
