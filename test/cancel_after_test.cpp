@@ -1732,6 +1732,40 @@ BOOST_AUTO_TEST_CASE(qualified_twheel_cancel_after_beside_asio_cancel_after) {
   BOOST_TEST((theirs.at - t0 >= 30ms));
   BOOST_TEST(twheel::stats(ctx).fired == 1u);
 }
+// The two adapters nest either way round: each finds the I/O executor through the other
+// (executor_type and get_executor()), and the earlier timeout wins.
+BOOST_AUTO_TEST_CASE(twheel_and_asio_cancel_after_nest) {
+  asio::io_context ctx;
+  loopback lb(ctx);
+  auto p = lb.connect();
+  auto q = lb.connect();
+  std::array<char, 8> buf{}, buf2{};
+  outcome outer_ours, outer_asios;
+  const auto t0 = wall::now();
+  p.server.async_read_some(asio::buffer(buf),
+                           twheel::cancel_after(30ms, asio::cancel_after(10s, outer_ours.handler())));
+  q.server.async_read_some(asio::buffer(buf2),
+                           asio::cancel_after(30ms, twheel::cancel_after(10s, outer_asios.handler())));
+  BOOST_TEST(twheel::stats(ctx).pending == 2u);
+  const auto r = run_ctx(ctx, run_limit);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(outer_ours.calls == 1);
+  BOOST_TEST(outer_asios.calls == 1);
+  BOOST_TEST(outer_ours.ec == aborted);
+  BOOST_TEST(outer_asios.ec == aborted);
+  BOOST_TEST((outer_ours.at - t0 >= 30ms));
+  BOOST_TEST((outer_asios.at - t0 >= 30ms));
+  BOOST_TEST(twheel::stats(ctx).fired == 1u);  // ours at 30 ms; the inner 10 s taken back
+}
+
+// A partial token around Asio's as_tuple, on a socket whose default token is
+// use_awaitable, returns what Asio's cancel_after returns.
+using awaitable_socket = asio::use_awaitable_t<>::as_default_on_t<asio::ip::tcp::socket>;
+static_assert(std::is_same_v<
+              decltype(std::declval<awaitable_socket&>().async_read_some(
+                  asio::mutable_buffer(), twheel::cancel_after(1s, asio::as_tuple))),
+              decltype(std::declval<awaitable_socket&>().async_read_some(
+                  asio::mutable_buffer(), asio::cancel_after(1s, asio::as_tuple)))>);
 #endif  // Boost 1.86 and later
 
 BOOST_AUTO_TEST_SUITE_END()

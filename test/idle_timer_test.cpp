@@ -44,6 +44,10 @@
 
 #include "support.hpp"
 
+#if BOOST_ASIO_VERSION >= 103200 && __has_include(<boost/asio/cancel_after.hpp>)
+#include <boost/asio/cancel_after.hpp>
+#endif
+
 namespace {
 
 namespace asio = boost::asio;
@@ -1273,3 +1277,26 @@ BOOST_AUTO_TEST_CASE(moved_from_object_reports_misuse) {
   BOOST_TEST(got == error_code{});
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
+
+#if BOOST_ASIO_VERSION >= 103200 && __has_include(<boost/asio/cancel_after.hpp>)
+// Asio's own adapters (Boost 1.86 and later) find the timer's executor through the
+// initiation's executor_type: a wait under Asio's cancel_after is cancelled by it.
+BOOST_AUTO_TEST_CASE(asio_cancel_after_cancels_a_wait) {
+  asio::io_context ctx;
+  idle_timer t(ctx, 10s);
+  int calls = 0;
+  error_code got;
+  const auto t0 = wall::now();
+  wall::time_point at{};
+  t.async_wait(asio::cancel_after(20ms, [&](error_code ec) {
+    ++calls;
+    got = ec;
+    at = wall::now();
+  }));
+  const auto r = run_ctx(ctx);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(got == asio::error::operation_aborted);
+  BOOST_TEST((at - t0 >= 20ms));
+}
+#endif

@@ -149,10 +149,19 @@ wheel_service& service_of(const Executor& ex) {
   return svc;
 }
 
+// The executor_type of an initiation with get_executor(), which adapters around ours
+// (Asio's own cancel_after from Boost 1.86) look for through associated_executor.
+template <class Initiation, class = void>
+struct initiation_executor_type {};
+template <class Initiation>
+struct initiation_executor_type<Initiation, std::enable_if_t<has_get_executor<Initiation>::value>> {
+  using executor_type = std::decay_t<decltype(std::declval<const Initiation&>().get_executor())>;
+};
+
 // Wraps an operation's initiation: the handler gets our cancellation slot, and the
 // operation's timeout is filed in the wheel once the operation has started.
 template <class Initiation>
-class cancel_after_initiation {
+class cancel_after_initiation : public initiation_executor_type<Initiation> {
  public:
   template <class I>
   cancel_after_initiation(I&& init, std::optional<std::chrono::steady_clock::duration> timeout,
@@ -396,8 +405,13 @@ struct async_result<twheel::cancel_after_t<CompletionToken>, Signatures...>
     : async_result<CompletionToken, Signatures...> {
   /// Starts the operation with the wrapped token, its initiation wrapped so that the
   /// timeout is filed once the operation has started.
+  // The return type is declared, not deduced: C++20's completion_token_for checks it with
+  // Asio's archetype initiation, which must not instantiate the body.
   template <class Initiation, class RawToken, class... Args>
-  static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args) {
+  static auto initiate(Initiation&& initiation, RawToken&& token, Args&&... args)
+      -> decltype(async_initiate<CompletionToken, Signatures...>(
+          std::declval<twheel::detail::cancel_after_initiation<std::decay_t<Initiation>>>(),
+          std::declval<CompletionToken&>(), std::forward<Args>(args)...)) {
     // async_initiate, not async_result<CompletionToken>::initiate: Boost 1.81 still has
     // tokens (use_future) whose async_result has no initiate().
     auto& inner = token.token_;

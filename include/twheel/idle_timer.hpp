@@ -317,6 +317,7 @@ class basic_idle_timer {
 
  private:
   struct initiate_wait {
+    using executor_type = basic_idle_timer::executor_type;  // for Asio's adapters
     basic_idle_timer* self;
     // A moved-from timer throws std::logic_error here, as its async_wait() does.
     executor_type get_executor() const { return self->get_executor(); }

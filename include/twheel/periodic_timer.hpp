@@ -267,6 +267,7 @@ class basic_periodic_timer {
 
  private:
   struct initiate_wait {
+    using executor_type = basic_periodic_timer::executor_type;  // for Asio's adapters
     detail::state_ref<state_type> state;
     executor_type get_executor() const { return state->timer.get_executor(); }
 
