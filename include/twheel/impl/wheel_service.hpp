@@ -17,7 +17,6 @@
 #include <boost/asio/query.hpp>
 #include <boost/asio/execution/context.hpp>
 
-
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -139,7 +138,8 @@ std::optional<boost::asio::any_io_executor> plain_executor_of(
   ((found = plain_executor_with_bits<Bits>(ex)) || ...);
   if (found) return found;
   if (auto* s = ex.target<boost::asio::strand<boost::asio::any_io_executor>>()) {
-    return plain_executor_of(s->get_inner_executor(), std::integer_sequence<std::uintptr_t, Bits...>{});
+    return plain_executor_of(s->get_inner_executor(),
+                             std::integer_sequence<std::uintptr_t, Bits...>{});
   }
   if (auto* s = ex.target<boost::asio::io_context::strand>()) {
     return boost::asio::any_io_executor(s->context().get_executor());
