@@ -44,10 +44,6 @@
 
 #include "support.hpp"
 
-#if BOOST_ASIO_VERSION >= 103200 && __has_include(<boost/asio/cancel_after.hpp>)
-#include <boost/asio/cancel_after.hpp>
-#endif
-
 namespace {
 
 namespace asio = boost::asio;
@@ -1278,25 +1274,16 @@ BOOST_AUTO_TEST_CASE(moved_from_object_reports_misuse) {
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
 
-#if BOOST_ASIO_VERSION >= 103200 && __has_include(<boost/asio/cancel_after.hpp>)
+#if defined(TWHEEL_TEST_HAS_ASIO_CANCEL_AFTER)
 // Asio's own adapters (Boost 1.86 and later) find the timer's executor through the
 // initiation's executor_type: a wait under Asio's cancel_after is cancelled by it.
 BOOST_AUTO_TEST_CASE(asio_cancel_after_cancels_a_wait) {
   asio::io_context ctx;
   idle_timer t(ctx, 10s);
-  int calls = 0;
-  error_code got;
-  const auto t0 = wall::now();
-  wall::time_point at{};
-  t.async_wait(asio::cancel_after(20ms, [&](error_code ec) {
-    ++calls;
-    got = ec;
-    at = wall::now();
-  }));
-  const auto r = run_ctx(ctx);
-  BOOST_TEST(!r.timed_out);
-  BOOST_TEST(calls == 1);
-  BOOST_TEST(got == asio::error::operation_aborted);
-  BOOST_TEST((at - t0 >= 20ms));
+  const auto w = twheel_test::wait_under_asio_cancel_after(ctx, t, 20ms);
+  BOOST_TEST(!w.timed_out);
+  BOOST_TEST(w.calls == 1);
+  BOOST_TEST(w.ec == asio::error::operation_aborted);
+  BOOST_TEST((w.elapsed >= 20ms));
 }
 #endif

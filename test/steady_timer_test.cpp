@@ -2131,26 +2131,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(strand_bound_waits_stay_in_the_strand_of_the_first
   const auto strand = asio::make_strand(asio::any_io_executor(ctx.get_executor()));
   asio::deferred_t::as_default_on_t<Timer> first(strand);  // the context's first timer
   constexpr int n = 200;
-  std::atomic<int> calls{0}, off_strand{0}, concurrent{0}, inside{0}, failed{0};
+  twheel_test::strand_log<std::decay_t<decltype(strand)>> log(strand);
   std::vector<std::unique_ptr<Timer>> timers;
   const auto deadline = Timer::clock_type::now() + 20ms;
   for (int i = 0; i < n; ++i) {
     timers.push_back(std::make_unique<Timer>(ctx, deadline));
-    timers.back()->async_wait(asio::bind_executor(strand, [&](error_code ec) {
-      if (inside.fetch_add(1) != 0) ++concurrent;
-      if (!strand.running_in_this_thread()) ++off_strand;
-      if (ec) ++failed;
-      std::this_thread::sleep_for(20us);
-      inside.fetch_sub(1);
-      ++calls;
-    }));
+    timers.back()->async_wait(asio::bind_executor(strand, log.handler()));
   }
   auto r = run_ctx(ctx, 10s, 2);
   BOOST_TEST(!r.timed_out);
-  BOOST_TEST(calls.load() == n);
-  BOOST_TEST(off_strand.load() == 0);
-  BOOST_TEST(concurrent.load() == 0);
-  BOOST_TEST(failed.load() == 0);
+  BOOST_TEST(log.calls.load() == n);
+  BOOST_TEST(log.off_strand.load() == 0);
+  BOOST_TEST(log.concurrent.load() == 0);
+  BOOST_TEST(log.failed.load() == 0);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -11,7 +11,12 @@
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/version.hpp>
 #include <boost/system/error_code.hpp>
+#if BOOST_ASIO_VERSION >= 103200 && __has_include(<boost/asio/cancel_after.hpp>)
+#include <boost/asio/cancel_after.hpp>
+#define TWHEEL_TEST_HAS_ASIO_CANCEL_AFTER 1
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -240,6 +245,63 @@ class loopback {
   boost::asio::io_context& ctx_;
   tcp::acceptor acceptor_;
 };
+
+// ---------------------------------------------------------------------------------------
+// Strands
+// ---------------------------------------------------------------------------------------
+
+// The handlers of waits bound to `strand`: how many ran, how many outside the strand, how
+// many while another of them was running, how many with an error. Each stays 20 us, so
+// that two running at once would overlap.
+template <class Strand>
+struct strand_log {
+  explicit strand_log(Strand s) : strand(std::move(s)) {}
+
+  auto handler() {
+    return [this](const boost::system::error_code& ec) {
+      if (inside.fetch_add(1) != 0) ++concurrent;
+      if (!strand.running_in_this_thread()) ++off_strand;
+      if (ec) ++failed;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      inside.fetch_sub(1);
+      ++calls;
+    };
+  }
+
+  Strand strand;
+  std::atomic<int> calls{0}, off_strand{0}, concurrent{0}, failed{0};
+
+ private:
+  std::atomic<int> inside{0};
+};
+
+#if defined(TWHEEL_TEST_HAS_ASIO_CANCEL_AFTER)
+// ---------------------------------------------------------------------------------------
+// Asio's own cancel_after (Boost 1.86 and later)
+// ---------------------------------------------------------------------------------------
+
+struct cancelled_wait {
+  bool timed_out = false;  // run_ctx() gave up
+  int calls = 0;
+  boost::system::error_code ec;
+  std::chrono::steady_clock::duration elapsed{};
+};
+
+// Runs `timer.async_wait()` under boost::asio::cancel_after(after) on `ctx`.
+template <class Timer>
+cancelled_wait wait_under_asio_cancel_after(boost::asio::io_context& ctx, Timer& timer,
+                                            std::chrono::steady_clock::duration after) {
+  cancelled_wait w;
+  const auto t0 = std::chrono::steady_clock::now();
+  timer.async_wait(boost::asio::cancel_after(after, [&](boost::system::error_code ec) {
+    ++w.calls;
+    w.ec = ec;
+    w.elapsed = std::chrono::steady_clock::now() - t0;
+  }));
+  w.timed_out = run_ctx(ctx).timed_out;
+  return w;
+}
+#endif
 
 }  // namespace twheel_test
 

@@ -1542,24 +1542,18 @@ BOOST_AUTO_TEST_CASE(handlers_stay_in_a_strand_the_driver_could_not_see_through)
   twheel::steady_timer first{asio::any_io_executor(strand)};  // the context's first timer
   BOOST_TEST(!twheel::wheel_service::of(ctx).runs_inline(strand));
   constexpr int n = 100;
-  std::atomic<int> calls{0}, off_strand{0}, concurrent{0}, inside{0};
+  twheel_test::strand_log<std::decay_t<decltype(strand)>> log(strand);
   std::vector<std::unique_ptr<twheel::steady_timer>> timers;
   const auto due = clock_type::now() + 10ms;
   for (int i = 0; i < n; ++i) {
     timers.push_back(std::make_unique<twheel::steady_timer>(ctx, due));
-    timers.back()->async_wait(asio::bind_executor(strand, [&](error_code) {
-      if (inside.fetch_add(1) != 0) ++concurrent;
-      if (!strand.running_in_this_thread()) ++off_strand;
-      std::this_thread::sleep_for(20us);
-      inside.fetch_sub(1);
-      ++calls;
-    }));
+    timers.back()->async_wait(asio::bind_executor(strand, log.handler()));
   }
   auto r = run_ctx(ctx, 10s, 2);
   BOOST_TEST(!r.timed_out);
-  BOOST_TEST(calls.load() == n);
-  BOOST_TEST(off_strand.load() == 0);
-  BOOST_TEST(concurrent.load() == 0);
+  BOOST_TEST(log.calls.load() == n);
+  BOOST_TEST(log.off_strand.load() == 0);
+  BOOST_TEST(log.concurrent.load() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(handlers_run_on_associated_executor) {
