@@ -49,8 +49,7 @@ bool wheel_service::start_boxed_wait(detail::timer_state& timer,
   }
   if (timer.has_waits()) return false;
   records_.reserve();
-  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending &&
-      !timer.never_refused) {
+  if (refuses(timer)) {
     settled rejected;
     settle_box(handler, detail::wait_result::no_buffer_space, rejected);
     ++stats_.rejected;
@@ -81,8 +80,7 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   }
   records_.reserve();
   op->set_canceller(canceller);
-  if (options_.max_pending != 0 && stats_.pending >= options_.max_pending &&
-      !timer.never_refused) {
+  if (refuses(timer)) {
     settled rejected;
     settle_op(op, detail::wait_result::no_buffer_space, rejected);
     ++stats_.rejected;

@@ -315,6 +315,12 @@ class wheel_service : public boost::asio::execution_context::service {
   void schedule_locked(lock_type& lock, detail::timer_state& timer,
                        std::chrono::nanoseconds deadline, detail::wait_op* op);
   void unfile_wait(detail::timer_state& timer) noexcept;
+  // Whether a new wait of `timer` is refused with no_buffer_space: max_pending is reached
+  // and the timer's waits are not timeouts (never_refused).
+  bool refuses(const detail::timer_state& timer) const noexcept {
+    return options_.max_pending != 0 && stats_.pending >= options_.max_pending &&
+           !timer.never_refused;
+  }
   // Records how a wait ended and cuts its cancellation slot loose: a later emit is a no-op.
   static void settle(detail::wait_op* op, detail::wait_result result) noexcept;
   // The record of a boxed wait settled with `result`: the box's handler moves into it.

@@ -109,28 +109,34 @@ inline wheel_service& wheel_service::of(boost::asio::execution_context& ctx) {
 
 namespace detail {
 
+// The plain executor of the context of `ex` if `ex` holds a `Target` or a strand of one.
+template <class Target>
+std::optional<boost::asio::any_io_executor> plain_executor_behind(
+    const boost::asio::any_io_executor& ex) {
+  if (auto* t = ex.target<Target>()) {
+    return boost::asio::any_io_executor(t->context().get_executor());
+  }
+  if (auto* s = ex.target<boost::asio::strand<Target>>()) {
+    return boost::asio::any_io_executor(s->get_inner_executor().context().get_executor());
+  }
+  return std::nullopt;
+}
+
+template <std::uintptr_t Bits>
+std::optional<boost::asio::any_io_executor> plain_executor_with_bits(
+    const boost::asio::any_io_executor& ex) {
+  using io = boost::asio::io_context::basic_executor_type<std::allocator<void>, Bits>;
+  using pool = boost::asio::thread_pool::basic_executor_type<std::allocator<void>, Bits>;
+  if (auto found = plain_executor_behind<io>(ex)) return found;
+  return plain_executor_behind<pool>(ex);
+}
+
 // The context's plain executor if `ex` runs on an io_context's or a thread_pool's, seen
 // through strands and the other wrappers Asio makes of them; null otherwise. `ex` is one
 // of io_context's or thread_pool's executor types with any of their property bits
 // (blocking.never, relationship.continuation, outstanding_work.tracked: what require()
 // and prefer() make), a strand of any such executor or of an any_io_executor, or
 // io_context::strand.
-template <std::uintptr_t Bits>
-std::optional<boost::asio::any_io_executor> plain_executor_with_bits(
-    const boost::asio::any_io_executor& ex) {
-  using io = boost::asio::io_context::basic_executor_type<std::allocator<void>, Bits>;
-  using pool = boost::asio::thread_pool::basic_executor_type<std::allocator<void>, Bits>;
-  if (auto* t = ex.target<io>()) return boost::asio::any_io_executor(t->context().get_executor());
-  if (auto* t = ex.target<pool>()) return boost::asio::any_io_executor(t->context().get_executor());
-  if (auto* s = ex.target<boost::asio::strand<io>>()) {
-    return boost::asio::any_io_executor(s->get_inner_executor().context().get_executor());
-  }
-  if (auto* s = ex.target<boost::asio::strand<pool>>()) {
-    return boost::asio::any_io_executor(s->get_inner_executor().context().get_executor());
-  }
-  return std::nullopt;
-}
-
 template <std::uintptr_t... Bits>
 std::optional<boost::asio::any_io_executor> plain_executor_of(
     const boost::asio::any_io_executor& ex, std::integer_sequence<std::uintptr_t, Bits...>) {
@@ -181,9 +187,8 @@ boost::asio::any_io_executor wheel_service::driver_executor(const Executor& ex) 
       return *plain;
     }
     return boost::asio::prefer(erased, boost::asio::execution::outstanding_work.untracked);
-  } else if constexpr (std::is_same_v<context_t, boost::asio::io_context>) {
-    return boost::asio::query(ex, boost::asio::execution::context).get_executor();
-  } else if constexpr (std::is_same_v<context_t, boost::asio::thread_pool>) {
+  } else if constexpr (std::is_same_v<context_t, boost::asio::io_context> ||
+                       std::is_same_v<context_t, boost::asio::thread_pool>) {
     return boost::asio::query(ex, boost::asio::execution::context).get_executor();
   } else if constexpr (std::is_same_v<Executor, boost::asio::io_context::strand>) {
     return ex.context().get_executor();
