@@ -312,11 +312,23 @@ class model_run {
 
   item& it(int i) { return items_[static_cast<std::size_t>(i)]; }
 
+  // insert()'s and reschedule()'s promise, which wheel_service::file_wait() relies on to skip
+  // reading next_expiry() again: it was not lowered below min(its old value, the returned time).
+  void check_floor(std::optional<ns> before, ns floor, const char* what) {
+    const auto after = wheel_.next_expiry();
+    MCHECK(after.has_value(), what << ": next_expiry() empty after filing");
+    const ns bound = before ? std::min(*before, floor) : floor;
+    MCHECK(*after >= bound, what << ": next_expiry() " << after->count() << " < min(before "
+                                 << (before ? before->count() : -1) << ", returned "
+                                 << floor.count() << ")");
+  }
+
   void do_insert(int i, std::int64_t d) {
     item& e = it(i);
     const std::uint64_t t = model_deadline_tick(d);
     const auto inserted = wheel_.counters().inserted;
-    wheel_.insert(e, ns(d));
+    const auto before = wheel_.next_expiry();
+    check_floor(before, wheel_.insert(e, ns(d)), "insert");
     MCHECK(e.is_pending(), "id " << i);
     MCHECK(!e.is_detached(), "id " << i);
     MCHECK(e.deadline_tick() == t, "id " << i << " deadline_ns " << d);
@@ -403,7 +415,8 @@ class model_run {
     const std::uint64_t t = model_deadline_tick(d);
     if (t < old_t) return;  // saturated at the int64 end
     const auto counters = wheel_.counters();
-    wheel_.reschedule(e, ns(d));
+    const auto before = wheel_.next_expiry();
+    check_floor(before, wheel_.reschedule(e, ns(d)), "reschedule later");
     MCHECK(e.is_pending(), "id " << i);
     MCHECK(e.deadline_tick() == t, "id " << i);
     // Later is lazy: no remove + insert, nothing re-filed yet.
@@ -439,7 +452,8 @@ class model_run {
                : at_tick(t - 1, 1 + static_cast<std::int64_t>(below(static_cast<std::uint64_t>(tick_))));
     MCHECK(model_deadline_tick(d) == t, "test bug");
     item& e = it(i);
-    wheel_.reschedule(e, ns(d));
+    const auto before = wheel_.next_expiry();
+    check_floor(before, wheel_.reschedule(e, ns(d)), "reschedule earlier");
     MCHECK(e.is_pending(), "id " << i);
     MCHECK(e.deadline_tick() == t, "id " << i);
     model_erase(i);
@@ -459,7 +473,8 @@ class model_run {
       do_insert(i, gen_deadline());  // unlinks it from held_
     } else if (r == 1) {
       const std::int64_t d = gen_deadline();
-      wheel_.reschedule(e, ns(d));  // not pending: inserted
+      const auto before = wheel_.next_expiry();
+      check_floor(before, wheel_.reschedule(e, ns(d)), "reschedule of a detached entry");  // inserted
       MCHECK(e.is_pending(), "id " << i);
       MCHECK(e.deadline_tick() == model_deadline_tick(d), "id " << i);
       set_state(i, state::pending);
