@@ -1287,3 +1287,36 @@ BOOST_AUTO_TEST_CASE(asio_cancel_after_cancels_a_wait) {
   BOOST_TEST((w.elapsed >= 20ms));
 }
 #endif
+
+// One chain of waits, each started from the previous one's handler, on a context run by two
+// threads (Asio's implicit strand). A wait may complete on the other thread before
+// async_wait() returns: start() must not write the timer after filing the wait, or the
+// next wait's flag is overwritten and leaked (TSan saw the race on flag_; the flags,
+// allocated through the handler's allocator, were left live).
+BOOST_AUTO_TEST_CASE(a_chain_of_waits_on_two_threads_leaves_nothing_behind) {
+  alloc_counters counters;
+  constexpr int rounds = 20000;
+  int done = 0;
+  int failed = 0;
+  {
+    asio::io_context ctx(2);
+    idle_timer timer(ctx, std::chrono::nanoseconds(1));
+    std::function<void()> again = [&] {
+      timer.async_wait(asio::bind_allocator(counting_allocator<void>(&counters),
+                                            [&](error_code ec) {
+                                              if (ec) {
+                                                ++failed;
+                                                return;
+                                              }
+                                              if (++done < rounds) again();
+                                            }));
+    };
+    again();
+    std::thread other([&] { ctx.run(); });
+    ctx.run();
+    other.join();
+  }
+  BOOST_TEST(done == rounds);
+  BOOST_TEST(failed == 0);
+  BOOST_TEST(counters.outstanding() == 0u);
+}

@@ -344,13 +344,16 @@ class basic_idle_timer {
     // The start counts as a touch; earlier touches do not. Written before the entry is
     // filed, so the driver (under the lock) sees it.
     state_.touched.store(detail::touch_epoch::exact_stamp(now), std::memory_order_relaxed);
+    // Ours before the wait is filed: once it is, it may complete on another thread, whose
+    // handler may start the next wait here, and nothing of *this may be written after.
+    flag_ = flag;
     try {
       service_->async_wait(state_, deadline, op, executor_.get(service_->executor()));
     } catch (...) {
+      flag_ = nullptr;
       flag->release();  // ours; the op's goes with it
       throw;
     }
-    flag_ = flag;
   }
 
   static duration checked(duration period) {
