@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 
 #include <cassert>
+#include <new>
 #include <utility>
 
 namespace twheel {
@@ -21,20 +22,44 @@ void wheel_service::settle(detail::wait_op* op, detail::wait_result result) noex
   }
 }
 
-// For a context without Asio's scheduler (not an io_context or a thread_pool): one posted
-// operation per settled wait, which runs its record or, destroyed unrun, destroys it.
+// For a context without Asio's scheduler: each settled wait is posted to the context as an
+// operation that owns the wait's handler, moved out of its record. Not the record itself:
+// such a context may destroy its queue after its services (Asio's priority_scheduler
+// example does), when the records' blocks are gone with the wheel.
+struct wheel_service::foreign_record {
+  detail::handler_box box;
+  detail::wait_result result;
+};
+
+namespace {
+// The record hand_over_now() is posting on this thread: if post() throws, the runner it
+// made is destroyed while unwinding, and must leave the handler to the record it came
+// from (it stays stranded until the next hand-over).
+thread_local const void* record_being_posted = nullptr;
+}  // namespace
+
 class wheel_service::record_runner {
  public:
-  explicit record_runner(detail::completion* c) noexcept : record_(c) {}
+  explicit record_runner(foreign_record* r) noexcept : record_(r) {}
   record_runner(record_runner&& other) noexcept : record_(std::exchange(other.record_, nullptr)) {}
   record_runner& operator=(record_runner&&) = delete;
   ~record_runner() {
-    if (record_) record_->destroy();
+    if (record_ == nullptr || record_ == record_being_posted) return;
+    // Destroyed unrun (the context shut down): the handler is destroyed, not invoked.
+    record_->box.complete(record_->result, false);
+    delete record_;
   }
-  void operator()() { std::exchange(record_, nullptr)->run(); }
+  void operator()() {
+    // The memory goes before the upcall, as a record's does.
+    detail::handler_box handler;
+    handler.take(record_->box);
+    const detail::wait_result result = record_->result;
+    delete std::exchange(record_, nullptr);
+    handler.complete(result, true);
+  }
 
  private:
-  detail::completion* record_;
+  foreign_record* record_;
 };
 
 void wheel_service::settle_op(detail::wait_op* op, detail::wait_result result,
@@ -86,14 +111,24 @@ void wheel_service::hand_over_now(settled& batch) noexcept {
   }
   stranded_.push(batch.ops);
   batch.count = 0;
-  while (auto* op = stranded_.front()) {
+  // Out of memory: the rest stay here until the next hand-over.
+  while (auto* c = static_cast<detail::completion*>(stranded_.front())) {
+    auto* r = new (std::nothrow) foreign_record{{}, c->result()};
+    if (r == nullptr) return;
+    r->box.take(c->box);
+    record_being_posted = r;
     try {
-      boost::asio::post(executor_, record_runner(static_cast<detail::completion*>(op)));
+      boost::asio::post(executor_, record_runner(r));
     } catch (...) {
-      // Out of memory: the rest stay here until the next hand-over.
+      record_being_posted = nullptr;
+      c->box.take(r->box);
+      delete r;
       return;
     }
+    record_being_posted = nullptr;
     stranded_.pop();
+    detail::handler_box none;  // the handler went with r
+    c->release_into(none);
   }
 }
 

@@ -13,7 +13,7 @@ class wheel_driver::timer_handler {
   using allocator_type = pool_allocator<void>;
   timer_handler(wheel_driver* d, std::uint64_t generation) noexcept
       : driver_(d), generation_(generation) {}
-  allocator_type get_allocator() const noexcept { return allocator_type(driver_->posted_); }
+  allocator_type get_allocator() const noexcept { return allocator_type(driver_->pool_); }
   void operator()(const boost::system::error_code& ec) {
     driver_->pass_(driver_->owner_, generation_, true, ec);
   }
@@ -24,8 +24,14 @@ class wheel_driver::timer_handler {
 };
 
 wheel_driver::wheel_driver(const boost::asio::any_io_executor& ex, clock_type::time_point origin,
-                           std::chrono::nanoseconds slack, pass_fn pass, void* owner)
-    : executor_(ex), origin_(origin), slack_(slack), pass_(pass), owner_(owner) {
+                           std::chrono::nanoseconds slack, pass_fn pass, void* owner,
+                           bool pooled)
+    : executor_(ex),
+      origin_(origin),
+      slack_(slack),
+      pass_(pass),
+      owner_(owner),
+      pool_(pooled ? &posted_ : nullptr) {
   // The standby's timer is made by the first stand_by(): a context that never has two
   // wake-ups in view (a test's, a short-lived client's) makes one timer, not two.
   timers_[0].emplace(executor_);
@@ -67,13 +73,13 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
   // The memory of the wait or pass below, made before anything changes: once expires_at()
   // has cancelled the armed wait, a failing allocation would leave the accepted waits
   // with no driver (the fault-injection test found it). Both draw from posted_.
-  posted_.reserve(1);
+  if (pool_) posted_.reserve(1);
   if (at <= now) {
     // Already due (or a bounded pass left work): run a pass after what is queued. A wait
     // still pending on the internal timer would keep run() from returning: cancel it.
     const std::uint64_t generation = next_generation();
     boost::asio::post(executor_,
-                      boost::asio::bind_allocator(pool_allocator<void>(posted_),
+                      boost::asio::bind_allocator(pool_allocator<void>(pool_),
                                                   [this, generation] {
                                                     pass_(owner_, generation, false, {});
                                                   }));
@@ -101,7 +107,7 @@ void wheel_driver::stand_by(std::chrono::nanoseconds at) noexcept {
   // Later than the armed wake-up, so Asio's timerfd is not set for it. Only a help: if
   // its memory cannot be had, there is no standby.
   try {
-    posted_.reserve(1);
+    if (pool_) posted_.reserve(1);
     if (!timers_[1 - wake_]) timers_[1 - wake_].emplace(executor_);
     standby_at_.reset();
     standby().expires_at(clock_time(at));

@@ -1798,3 +1798,23 @@ BOOST_AUTO_TEST_CASE(wheel_created_before_asios_timer_service) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// An operation's handler queued, unrun, in a context that destroys its queue after its
+// services (queue_context, as Asio's priority_scheduler example): the wheel, and the
+// timeout it held, are gone when the handler is destroyed, which must not reach for them
+// (ASan saw the wheel used after free).
+BOOST_AUTO_TEST_CASE(a_handler_queued_in_a_context_that_destroys_its_queue_after_the_wheel) {
+  auto alive = std::make_shared<int>(0);
+  const std::weak_ptr<int> probe = alive;
+  int ran = 0;
+  {
+    twheel_test::queue_context ctx;
+    twheel::steady_timer operation(ctx.get_executor(), 1h);  // the operation under a timeout
+    operation.async_wait(twheel::cancel_after(30min, [alive, &ran](error_code) { ++ran; }));
+    BOOST_TEST(operation.cancel() == 1u);  // its handler is queued; the timeout stays filed
+    alive.reset();
+    BOOST_TEST(ctx.queued() == 1u);
+  }
+  BOOST_TEST(ran == 0);
+  BOOST_TEST(probe.expired());
+}

@@ -9,6 +9,8 @@
 #define TWHEEL_TEST_SUPPORT_HPP
 
 #include <boost/asio/error.hpp>
+#include <boost/asio/execution.hpp>
+#include <boost/asio/execution_context.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/version.hpp>
@@ -22,6 +24,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -211,6 +214,87 @@ struct counting_allocator {
   bool operator!=(const counting_allocator<U>& o) const noexcept {
     return c != o.c;
   }
+};
+
+// ---------------------------------------------------------------------------------------
+// A context of the user's own
+// ---------------------------------------------------------------------------------------
+
+// An execution context with a standard executor and a queue of its own, not Asio's
+// scheduler. Like Asio's priority_scheduler example, its destructor shuts down and
+// destroys its services before its queue (a member) is destroyed: what is still queued
+// then is destroyed after the wheel is gone. run() runs what is queued until nothing is
+// and no work is counted; nothing here waits for time to pass.
+class queue_context : public boost::asio::execution_context {
+  struct item_base {
+    virtual ~item_base() = default;
+    virtual void run() = 0;
+  };
+  template <class F>
+  struct item final : item_base {
+    F f;
+    explicit item(F&& g) : f(std::move(g)) {}
+    void run() override { std::move(f)(); }
+  };
+
+ public:
+  class executor_type {
+   public:
+    explicit executor_type(queue_context& c) noexcept : ctx_(&c) {}
+    queue_context& query(boost::asio::execution::context_t) const noexcept { return *ctx_; }
+    static constexpr boost::asio::execution::blocking_t query(
+        boost::asio::execution::blocking_t) noexcept {
+      return boost::asio::execution::blocking.never;
+    }
+    executor_type require(boost::asio::execution::blocking_t::never_t) const noexcept {
+      return *this;
+    }
+    template <class F>
+    void execute(F f) const {
+      std::lock_guard<std::mutex> lk(ctx_->m_);
+      ctx_->queue_.push_back(std::make_unique<item<F>>(std::move(f)));
+    }
+    friend bool operator==(const executor_type& a, const executor_type& b) noexcept {
+      return a.ctx_ == b.ctx_;
+    }
+    friend bool operator!=(const executor_type& a, const executor_type& b) noexcept {
+      return a.ctx_ != b.ctx_;
+    }
+
+   private:
+    queue_context* ctx_;
+  };
+
+  queue_context() = default;
+  ~queue_context() {
+    shutdown();
+    destroy();
+  }
+  executor_type get_executor() noexcept { return executor_type(*this); }
+
+  // Runs what is queued, and what that queues, until the queue is empty.
+  std::size_t poll() {
+    std::size_t n = 0;
+    for (;;) {
+      std::unique_ptr<item_base> next;
+      {
+        std::lock_guard<std::mutex> lk(m_);
+        if (queue_.empty()) return n;
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      next->run();
+      ++n;
+    }
+  }
+  std::size_t queued() {
+    std::lock_guard<std::mutex> lk(m_);
+    return queue_.size();
+  }
+
+ private:
+  std::mutex m_;
+  std::deque<std::unique_ptr<item_base>> queue_;
 };
 
 // ---------------------------------------------------------------------------------------

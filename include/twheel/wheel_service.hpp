@@ -214,6 +214,11 @@ class wheel_service : public boost::asio::execution_context::service {
   /// thread, until the service is destroyed: the blocks go with it, so a state may live
   /// in one only if nothing outside the service's context can hold it.
   void free_state_block(void* block) noexcept { state_blocks_.give_back(block); }
+  /// Whether the context destroys what its queue holds before its services (Asio's
+  /// scheduler: an io_context or a thread_pool). Only then may what the context holds of
+  /// ours live in the service's memory: another context may destroy its queue after its
+  /// services (Asio's own priority_scheduler example does).
+  bool context_queue_goes_first() const noexcept { return scheduler_ != nullptr; }
   /// The cancellation signal of a block of schedule_new(). It outlives the states made in
   /// the block, from the block's making to the service's destruction, so that the
   /// memory of the cancellation handler an operation installs in it is there for the next
@@ -263,6 +268,7 @@ class wheel_service : public boost::asio::execution_context::service {
 
  private:
   using lock_type = detail::service_lock;
+  struct foreign_record;
   class record_runner;
   // `scheduler`: ctx's (detail::scheduler_of), looked up once for the lock's choice and
   // for handing over (each lookup is two locks of Asio's service registry).

@@ -154,16 +154,18 @@ class pool_allocator {
   using value_type = T;
 
   explicit pool_allocator(block_pool& pool) noexcept : pool_(&pool) {}
+  // No pool: Asio's recycling allocator for everything.
+  explicit pool_allocator(block_pool* pool) noexcept : pool_(pool) {}
   template <class U>
   pool_allocator(const pool_allocator<U>& other) noexcept : pool_(other.pool_) {}
 
   T* allocate(std::size_t n) {
-    if (fits(n)) return static_cast<T*>(pool_->take());
+    if (pool_ != nullptr && fits(n)) return static_cast<T*>(pool_->take());
     return boost::asio::recycling_allocator<T>().allocate(n);
   }
 
   void deallocate(T* p, std::size_t n) noexcept {
-    if (fits(n)) {
+    if (pool_ != nullptr && fits(n)) {
       pool_->give_back(p);
     } else {
       boost::asio::recycling_allocator<T>().deallocate(p, n);

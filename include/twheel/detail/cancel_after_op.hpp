@@ -62,9 +62,9 @@ class cancel_after_state : public wait_op {
     if constexpr (poolable()) {
       // The pool's memory goes with the wheel: only a state whose emission is queued (if
       // at all) in the wheel's own context, and so destroyed by that context's shutdown
-      // before the wheel, may live there. A handler bound to another context's executor
+      // before the wheel (an io_context's or a thread_pool's), may live there. A handler bound to another context's executor
       // could hold the state in that context's queue after the wheel is gone.
-      if (in_context_of(service, ex)) {
+      if (service.context_queue_goes_first() && in_context_of(service, ex)) {
         return service.schedule_new<cancel_after_state>(
             deadline,
             [&](void* block) noexcept {
@@ -130,7 +130,7 @@ class cancel_after_state : public wait_op {
   // of the wheel (it then never fires) and let go.
   void finish() noexcept {
     done_.store(true, std::memory_order_release);
-    if (service_.unschedule(entry_, this)) release();
+    if (!dropped_.load(std::memory_order_acquire) && service_.unschedule(entry_, this)) release();
     release();
   }
 
@@ -202,7 +202,15 @@ class cancel_after_state : public wait_op {
 
   static void on_timeout(wait_op* base, bool invoke) {
     auto* self = static_cast<cancel_after_state*>(base);
-    if (!invoke || self->done_.load(std::memory_order_acquire)) {
+    if (!invoke) {
+      // Destroyed unrun: the wheel shut down, or the context destroyed the timeout's
+      // record. The wheel may be gone before the handler (a context of the user's own may
+      // destroy its queue after its services): finish() must not reach for it.
+      self->dropped_.store(true, std::memory_order_release);
+      self->release();
+      return;
+    }
+    if (self->done_.load(std::memory_order_acquire)) {
       self->release();
       return;
     }
@@ -273,6 +281,7 @@ class cancel_after_state : public wait_op {
   boost::asio::cancellation_type_t type_;
   std::atomic<int> refs_{3};  // the wrapped handler, the wheel's wait, the initiating call
   std::atomic<bool> done_{false};
+  std::atomic<bool> dropped_{false};  // the wheel destroyed its wait unrun (on_timeout)
   enum : int { initiating, initiated, fired_early };
   std::atomic<int> phase_{initiating};
   bool forward_failed_ = false;  // set and read on the initiating thread

@@ -75,6 +75,10 @@ class completion final : public scheduler_op {
   // Runs the record outside any queue (the driver's first handler): as the scheduler would.
   void run() { do_complete(this, this, boost::system::error_code(), 0); }
 
+  // Moves the handler into `to` (empty) and gives the record back to its queue; returns
+  // how the wait ended. The record is gone after this.
+  inline wait_result release_into(handler_box& to) noexcept;
+
  private:
   static void do_complete(void* owner, scheduler_op* base, const boost::system::error_code&,
                           std::size_t);
@@ -275,15 +279,19 @@ class completion_queue {
 
 inline void completion::do_complete(void* owner, scheduler_op* base,
                                     const boost::system::error_code&, std::size_t) {
-  auto* self = static_cast<completion*>(base);
   // The record is released before the upcall (Asio's rule for operation memory).
   handler_box handler;
-  handler.take(self->box);
-  const wait_result result = self->result();
-  void* block = completion_queue::block_of(*self);
-  self->~completion();
-  completion_queue::release(block);
+  const wait_result result = static_cast<completion*>(base)->release_into(handler);
   handler.complete(result, owner != nullptr);
+}
+
+inline wait_result completion::release_into(handler_box& to) noexcept {
+  to.take(box);
+  const wait_result r = result();
+  void* block = completion_queue::block_of(*this);
+  this->~completion();
+  completion_queue::release(block);
+  return r;
 }
 
 }  // namespace twheel::detail

@@ -38,9 +38,12 @@ class wheel_driver {
                            const boost::system::error_code& ec);
 
   // `origin`: the clock time of wheel time 0. `slack`: how late a future wake-up may be
-  // put so that it takes more with it (wheel_options::slack).
+  // put so that it takes more with it (wheel_options::slack). `pooled`: the wake-ups'
+  // memory may come from the driver's own pool, because the context destroys what it
+  // holds of them before the driver goes (an io_context or a thread_pool). Another
+  // context may destroy its queue after its services: there, Asio's allocator.
   wheel_driver(const boost::asio::any_io_executor& ex, clock_type::time_point origin,
-               std::chrono::nanoseconds slack, pass_fn pass, void* owner);
+               std::chrono::nanoseconds slack, pass_fn pass, void* owner, bool pooled);
 
   // Makes sure a pass runs at `next` (+ slack if it is after `now`) or earlier, and, with
   // no slack, puts the standby at `following` (> next), the wake-up expected after it.
@@ -97,6 +100,7 @@ class wheel_driver {
   pass_fn pass_;
   void* owner_;
   block_pool posted_;                                 // the memory of the wake-ups
+  block_pool* pool_;                                  // &posted_, or none (see the constructor)
   // The wake-up's timer is timers_[wake_], the standby's the other: they swap roles
   // without moving a timer. timers_[wake_] always exists (until release()); the other is
   // made by stand_by(), so it exists whenever standby_at_ is set, and roles swap only
