@@ -612,3 +612,43 @@ BOOST_AUTO_TEST_CASE(asio_cancel_after_cancels_a_wait) {
   BOOST_TEST((w.elapsed >= 20ms));
 }
 #endif
+
+// A period too long to add to the clock's time saturates at its end: the tick is never,
+// not at once (the sum overflowed and the first tick completed immediately).
+BOOST_AUTO_TEST_CASE(a_period_too_long_for_the_clock_never_ends) {
+  using duration = periodic_timer::duration;
+  for (const duration period : {duration::max(), duration::max() - duration(1)}) {
+    for (const tick_mode mode : {tick_mode::fixed_rate, tick_mode::fixed_delay}) {
+      asio::io_context ctx;
+      periodic_timer timer(ctx, period, mode);
+      std::vector<error_code> got;
+      timer.async_wait([&](error_code ec) { got.push_back(ec); });
+      ctx.poll();
+      BOOST_TEST(got.empty());
+      BOOST_TEST((timer.next_tick() == periodic_timer::time_point::max()));
+      BOOST_TEST(timer.cancel() == 1u);
+      ctx.poll();
+      BOOST_TEST_REQUIRE(got.size() == 1u);
+      BOOST_TEST((got[0] == asio::error::operation_aborted));
+    }
+  }
+}
+
+// A tick's handler keeps the timer's state alive; queued in a context that destroys its
+// queue after its services, it goes after the wheel, and the state's own timer must be gone
+// with the periodic_timer by then (ASan saw the wheel used after free).
+BOOST_AUTO_TEST_CASE(a_tick_queued_in_a_context_that_destroys_its_queue_after_the_wheel) {
+  auto alive = std::make_shared<int>(0);
+  const std::weak_ptr<int> probe = alive;
+  int ran = 0;
+  {
+    twheel_test::queue_context ctx;
+    periodic_timer timer(ctx.get_executor(), 1h);
+    timer.async_wait([alive, &ran](error_code) { ++ran; });
+    BOOST_TEST(timer.cancel() == 1u);
+    alive.reset();
+    BOOST_TEST(ctx.queued() == 1u);
+  }
+  BOOST_TEST(ran == 0);
+  BOOST_TEST(probe.expired());
+}

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -39,13 +40,21 @@ struct periodic_state {
   using clock_type = std::chrono::steady_clock;
 
   periodic_state(const Executor& ex, clock_type::duration p, tick_mode m, missed_tick_policy mt)
-      : timer(ex), period(p), mode(m), policy(mt) {}
+      : executor(ex), period(p), mode(m), policy(mt) {
+    timer.emplace(ex);
+  }
+
+  // t + period, saturated at the clock's end: a period too long for the clock never ends.
+  clock_type::time_point after(clock_type::time_point t) const noexcept {
+    return t > clock_type::time_point::max() - period ? clock_type::time_point::max()
+                                                      : t + period;
+  }
 
   // The deadline of the tick a wait started now waits for.
   clock_type::time_point deadline_for_wait(clock_type::time_point now) {
     if (mode == tick_mode::fixed_delay || !started) {
       started = true;
-      next = now + period;
+      next = after(now);
     }
     return next;
   }
@@ -56,17 +65,24 @@ struct periodic_state {
     if (mode == tick_mode::fixed_delay) return;
     const clock_type::time_point due = next;
     if (now - due < period || policy == missed_tick_policy::burst) {
-      next = due + period;
+      next = after(due);
     } else if (policy == missed_tick_policy::delay) {
-      next = now + period;
+      next = after(now);
     } else {
+      // Here now - due >= period, so due + (missed + 1) * period <= now + period: no
+      // overflow unless after(now) saturates, and then now - due < period held.
       const auto missed = static_cast<std::uint64_t>((now - due) / period);
       skipped += missed;
       next = due + period * static_cast<clock_type::rep>(missed + 1);
     }
   }
 
-  basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>, Executor> timer;
+  // Destroyed with the periodic_timer, while a tick's handler may keep the rest of the
+  // state: a context may destroy its queue after its services (a context of the user's
+  // own), and the timer must not outlive the wheel.
+  std::optional<basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>, Executor>>
+      timer;
+  Executor executor;  // the timer's, for an initiation launched after it is gone
   clock_type::duration period;
   tick_mode mode;
   missed_tick_policy policy;
@@ -151,7 +167,8 @@ class basic_periodic_timer {
   using time_point = clock_type::time_point;
 
   /// Constructs a periodic timer with no wait pending. `period` must be positive
-  /// (std::invalid_argument otherwise). The grid starts at the first async_wait().
+  /// (std::invalid_argument otherwise). The grid starts at the first async_wait(). A tick
+  /// too far away for the clock (duration::max(), say) is at time_point::max(): never.
   ///
   /// @param ex The I/O executor that the timer will use, by default, to dispatch handlers
   /// for its waits. The wheel of its execution context is created if it does not exist.
@@ -192,7 +209,7 @@ class basic_periodic_timer {
   /// constructor.
   basic_periodic_timer& operator=(basic_periodic_timer&& other) noexcept {
     if (this != &other) {
-      if (state_) state_->timer.cancel();
+      if (state_) state_->timer.reset();
       state_ = std::move(other.state_);
     }
     return *this;
@@ -201,11 +218,11 @@ class basic_periodic_timer {
   /// Aborts a pending wait (operation_aborted, later, from the context). A tick that has
   /// already come due but whose handler has not run yet still completes with success.
   ~basic_periodic_timer() {
-    if (state_) state_->timer.cancel();
+    if (state_) state_->timer.reset();
   }
 
   /// Gets the executor associated with the object.
-  executor_type get_executor() const { return state().timer.get_executor(); }
+  executor_type get_executor() const { return state().executor; }
   /// The period between ticks.
   duration period() const { return state().period; }
   /// How ticks are spaced.
@@ -263,18 +280,22 @@ class basic_periodic_timer {
   /// Aborts the pending wait (operation_aborted, later, from the context); returns 0 or
   /// 1. The grid is kept: with tick_mode::fixed_rate, the next async_wait() waits for the
   /// same tick.
-  std::size_t cancel() { return state_ ? state_->timer.cancel() : 0; }
+  std::size_t cancel() { return state_ ? state_->timer->cancel() : 0; }
 
  private:
   struct initiate_wait {
     using executor_type = basic_periodic_timer::executor_type;  // for Asio's adapters
     detail::state_ref<state_type> state;
-    executor_type get_executor() const { return state->timer.get_executor(); }
+    executor_type get_executor() const { return state->executor; }
 
     template <class Handler>
     void operator()(Handler&& handler) const {
-      state->timer.expires_at(state->deadline_for_wait(clock_type::now()));
-      state->timer.async_wait(detail::periodic_wait_op<std::decay_t<Handler>, state_type>(
+      // A deferred wait launched after its timer was destroyed (undefined with Asio's).
+      if (!state->timer) {
+        throw std::logic_error("twheel::periodic_timer: wait launched after the timer was destroyed");
+      }
+      state->timer->expires_at(state->deadline_for_wait(clock_type::now()));
+      state->timer->async_wait(detail::periodic_wait_op<std::decay_t<Handler>, state_type>(
           state, std::forward<Handler>(handler)));
     }
   };
