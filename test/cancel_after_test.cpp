@@ -1813,7 +1813,7 @@ BOOST_AUTO_TEST_CASE(a_handler_queued_in_a_context_that_destroys_its_queue_after
     operation.async_wait(twheel::cancel_after(30min, [alive, &ran](error_code) { ++ran; }));
     BOOST_TEST(operation.cancel() == 1u);  // its handler is queued; the timeout stays filed
     alive.reset();
-    BOOST_TEST(ctx.queued() == 1u);
+    BOOST_TEST(ctx.queued() >= 1u);  // and perhaps the driver's cancelled wait, from Asio's thread
   }
   BOOST_TEST(ran == 0);
   BOOST_TEST(probe.expired());

@@ -647,7 +647,7 @@ BOOST_AUTO_TEST_CASE(a_tick_queued_in_a_context_that_destroys_its_queue_after_th
     timer.async_wait([alive, &ran](error_code) { ++ran; });
     BOOST_TEST(timer.cancel() == 1u);
     alive.reset();
-    BOOST_TEST(ctx.queued() == 1u);
+    BOOST_TEST(ctx.queued() >= 1u);  // and perhaps the driver's cancelled wait, from Asio's thread
   }
   BOOST_TEST(ran == 0);
   BOOST_TEST(probe.expired());
