@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -597,6 +598,23 @@ BOOST_AUTO_TEST_CASE(moved_from_object_reports_misuse) {
   BOOST_TEST(calls == 1);
   BOOST_TEST(a.ticks() == 1u);
   BOOST_TEST(b.ticks() == 0u);
+}
+
+// A deferred wait launched after its timer was destroyed is refused with logic_error, and
+// its handler is neither run nor kept.
+BOOST_AUTO_TEST_CASE(a_deferred_wait_launched_after_its_timer_is_gone_is_refused) {
+  asio::io_context ctx;
+  std::optional<periodic_timer> timer(std::in_place, ctx, 5ms);
+  auto wait = timer->async_wait(asio::deferred);
+  timer.reset();
+  auto alive = std::make_shared<int>(0);
+  const std::weak_ptr<int> probe = alive;
+  int calls = 0;
+  BOOST_CHECK_THROW(std::move(wait)([alive, &calls](error_code) { ++calls; }), std::logic_error);
+  alive.reset();
+  ctx.poll();
+  BOOST_TEST(calls == 0);
+  BOOST_TEST(probe.expired());
 }
 
 #if defined(TWHEEL_TEST_HAS_ASIO_CANCEL_AFTER)

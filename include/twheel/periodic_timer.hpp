@@ -292,7 +292,8 @@ class basic_periodic_timer {
     void operator()(Handler&& handler) const {
       // A deferred wait launched after its timer was destroyed (undefined with Asio's).
       if (!state->timer) {
-        throw std::logic_error("twheel::periodic_timer: wait launched after the timer was destroyed");
+        throw std::logic_error(
+            "twheel::periodic_timer: wait launched after the timer was destroyed");
       }
       state->timer->expires_at(state->deadline_for_wait(clock_type::now()));
       state->timer->async_wait(detail::periodic_wait_op<std::decay_t<Handler>, state_type>(

@@ -62,8 +62,9 @@ class cancel_after_state : public wait_op {
     if constexpr (poolable()) {
       // The pool's memory goes with the wheel: only a state whose emission is queued (if
       // at all) in the wheel's own context, and so destroyed by that context's shutdown
-      // before the wheel (an io_context's or a thread_pool's), may live there. A handler bound to another context's executor
-      // could hold the state in that context's queue after the wheel is gone.
+      // before the wheel (an io_context's or a thread_pool's), may live there. A handler
+      // bound to another context's executor could hold the state in that context's queue
+      // after the wheel is gone.
       if (service.context_queue_goes_first() && in_context_of(service, ex)) {
         return service.schedule_new<cancel_after_state>(
             deadline,
