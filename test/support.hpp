@@ -223,8 +223,8 @@ struct counting_allocator {
 // An execution context with a standard executor and a queue of its own, not Asio's
 // scheduler. Like Asio's priority_scheduler example, its destructor shuts down and
 // destroys its services before its queue (a member) is destroyed: what is still queued
-// then is destroyed after the wheel is gone. run() runs what is queued until nothing is
-// and no work is counted; nothing here waits for time to pass.
+// then is destroyed after the wheel is gone. poll() runs what is queued until the queue is
+// empty; nothing here waits for time to pass.
 class queue_context : public boost::asio::execution_context {
   struct item_base {
     virtual ~item_base() = default;
