@@ -12,13 +12,13 @@
 
 namespace twheel {
 
-// Records how a wait ended and cuts its cancellation slot loose: a later emit is a no-op.
+// Records how a wait ended and cuts its link: a later emit into its cancellation slot is a
+// no-op, and a cancel_after state sees its timeout out of the wheel.
 void wheel_service::settle(detail::wait_op* op, detail::wait_result result) noexcept {
   op->set_result(result);
-  if (detail::wait_canceller* c = op->canceller()) {
-    c->timer_ = nullptr;
-    c->service_.store(nullptr, std::memory_order_release);
-    op->set_canceller(nullptr);
+  if (detail::wait_link* link = op->link()) {
+    link->service_.store(nullptr, std::memory_order_release);
+    op->set_link(nullptr);
   }
 }
 

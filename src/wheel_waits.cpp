@@ -31,7 +31,7 @@ void wheel_service::file_op(detail::timer_state& timer, std::chrono::nanoseconds
     file_wait(timer, deadline);
   } catch (...) {
     timer.waits.erase(op);
-    op->set_canceller(nullptr);
+    op->set_link(nullptr);
     unfile_wait(timer);
     throw;
   }
@@ -72,14 +72,14 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   lock_type lock(mutex_);
   if (shut_down_) {
     // Asio destroys operations started after shutdown without invoking them.
-    op->set_canceller(canceller);
+    op->set_link(canceller);
     settle(op, detail::wait_result::aborted);
     lock.unlock();
     op->destroy();
     return;
   }
   records_.reserve();
-  op->set_canceller(canceller);
+  op->set_link(canceller);
   if (refuses(timer)) {
     settled rejected;
     settle_op(op, detail::wait_result::no_buffer_space, rejected);
@@ -134,14 +134,17 @@ void wheel_service::move(detail::timer_state& to, detail::timer_state& from) noe
   to.box.take(from.box);
   to.waits.splice_back(from.waits);
   to.waits.for_each([&to](detail::wait_op* op) {
-    if (detail::wait_canceller* c = op->canceller()) c->timer_ = &to;
+    // A timer's waits link to cancellers only: a cancel_after state's entry never moves.
+    if (detail::wait_link* link = op->link()) {
+      static_cast<detail::wait_canceller*>(link)->timer_ = &to;
+    }
   });
 }
 
 void wheel_service::cancel_wait(detail::wait_canceller& canceller) noexcept {
   lock_type lock(mutex_);
-  detail::timer_state* timer = canceller.timer_;
-  if (timer == nullptr || !timer->waits.erase(canceller.op_)) return;
+  if (canceller.service_.load(std::memory_order_relaxed) == nullptr) return;  // settled
+  if (!canceller.timer_->waits.erase(canceller.op_)) return;
   settled aborted;
   settle_op(canceller.op_, detail::wait_result::aborted, aborted);
   --stats_.pending;
@@ -152,9 +155,8 @@ void wheel_service::cancel_wait(detail::wait_canceller& canceller) noexcept {
 
 void wheel_service::detach_canceller(detail::wait_canceller& canceller) noexcept {
   lock_type lock(mutex_);
-  if (canceller.timer_ == nullptr) return;  // settled meanwhile
-  canceller.op_->set_canceller(nullptr);
-  canceller.timer_ = nullptr;
+  if (canceller.service_.load(std::memory_order_relaxed) == nullptr) return;  // settled
+  canceller.op_->set_link(nullptr);
   canceller.service_.store(nullptr, std::memory_order_release);
 }
 

@@ -1818,3 +1818,29 @@ BOOST_AUTO_TEST_CASE(a_handler_queued_in_a_context_that_destroys_its_queue_after
   BOOST_TEST(ran == 0);
   BOOST_TEST(probe.expired());
 }
+
+// The same context, and a timeout that fired: it cancelled the operation, whose handler
+// is queued, unrun, when the context is destroyed. The wheel settled the timeout's wait,
+// so destroying the handler must leave the destroyed wheel alone.
+BOOST_AUTO_TEST_CASE(a_handler_cancelled_by_its_timeout_and_queued_when_the_wheel_goes) {
+  auto alive = std::make_shared<int>(0);
+  const std::weak_ptr<int> probe = alive;
+  int ran = 0;
+  {
+    twheel_test::queue_context ctx;
+    twheel::steady_timer operation(ctx.get_executor(), 1h);
+    operation.async_wait(twheel::cancel_after(1ms, [alive, &ran](error_code) { ++ran; }));
+    alive.reset();
+    // One item at a time (the driver's wake-up, its pass, the timeout's emission), until
+    // both waits have settled: the operation's handler is then queued, not yet run.
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
+      if (ctx.poll_one() == 0) std::this_thread::sleep_for(1ms);
+    }
+    BOOST_TEST(twheel::stats(ctx).pending == 0u);
+    BOOST_TEST(ran == 0);
+    BOOST_TEST(ctx.queued() >= 1u);
+  }
+  BOOST_TEST(ran == 0);
+  BOOST_TEST(probe.expired());
+}

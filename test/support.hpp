@@ -224,7 +224,7 @@ struct counting_allocator {
 // scheduler. Like Asio's priority_scheduler example, its destructor shuts down and
 // destroys its services before its queue (a member) is destroyed: what is still queued
 // then is destroyed after the wheel is gone. poll() runs what is queued until the queue is
-// empty; nothing here waits for time to pass.
+// empty, and poll_one() the oldest; nothing here waits for time to pass.
 class queue_context : public boost::asio::execution_context {
   struct item_base {
     virtual ~item_base() = default;
@@ -286,6 +286,18 @@ class queue_context : public boost::asio::execution_context {
       next->run();
       ++n;
     }
+  }
+  // Runs the oldest queued item, if any.
+  std::size_t poll_one() {
+    std::unique_ptr<item_base> next;
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      if (queue_.empty()) return 0;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    next->run();
+    return 1;
   }
   std::size_t queued() {
     std::lock_guard<std::mutex> lk(m_);

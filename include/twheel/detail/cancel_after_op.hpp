@@ -43,9 +43,12 @@ class cancel_after_state : public wait_op {
                      boost::asio::cancellation_type_t type)
       : wait_op(&cancel_after_state::on_timeout),
         service_(service),
+        filed_{&service},
         executor_(std::move(ex)),
         allocator_(std::move(alloc)),
-        type_(type) {}
+        type_(type) {
+    set_link(&filed_);
+  }
 
   // Makes the state and files the timeout, before the operation is initiated: filing may
   // throw (bad_alloc), and the initiating call may only throw while nothing has started.
@@ -129,9 +132,16 @@ class cancel_after_state : public wait_op {
 
   // The wrapped operation completed or its handler was destroyed: take the timeout out
   // of the wheel (it then never fires) and let go.
+  //
+  // Once the wheel has settled the timeout (filed_ cut), there is nothing to take out,
+  // and the wheel may be gone: a context of the user's own may destroy the wrapped
+  // operation's handler, queued, after its services.
   void finish() noexcept {
     done_.store(true, std::memory_order_release);
-    if (!dropped_.load(std::memory_order_acquire) && service_.unschedule(entry_, this)) release();
+    if (filed_.service_.load(std::memory_order_acquire) != nullptr &&
+        service_.unschedule(entry_, this)) {
+      release();
+    }
     release();
   }
 
@@ -205,9 +215,9 @@ class cancel_after_state : public wait_op {
     auto* self = static_cast<cancel_after_state*>(base);
     if (!invoke) {
       // Destroyed unrun: the wheel shut down, or the context destroyed the timeout's
-      // record. The wheel may be gone before the handler (a context of the user's own may
-      // destroy its queue after its services): finish() must not reach for it.
-      self->dropped_.store(true, std::memory_order_release);
+      // record, or it was filed after shutdown (and never settled): finish() must not
+      // reach for the wheel, which may be gone before the handler.
+      self->filed_.service_.store(nullptr, std::memory_order_release);
       self->release();
       return;
     }
@@ -232,7 +242,9 @@ class cancel_after_state : public wait_op {
       boost::asio::dispatch(self->executor_, emit_timeout{self});
     } catch (const std::bad_alloc&) {
       // The emit_timeout given to dispatch() let go of the wheel's share: the retry's
-      // takes its place.
+      // takes its place. Linked again, so that finish() takes the retry out.
+      self->filed_.service_.store(&self->service_, std::memory_order_relaxed);
+      self->set_link(&self->filed_);
       try {
         self->service_.schedule(self->entry_,
                                 self->service_.wheel_time(std::chrono::steady_clock::now() +
@@ -275,6 +287,7 @@ class cancel_after_state : public wait_op {
   };
 
   wheel_service& service_;
+  wait_link filed_;  // cut by the wheel when it settles the timeout's wait
   timer_state entry_;
   boost::asio::cancellation_signal own_signal_;  // unused when pooled_
   Executor executor_;
@@ -282,7 +295,6 @@ class cancel_after_state : public wait_op {
   boost::asio::cancellation_type_t type_;
   std::atomic<int> refs_{3};  // the wrapped handler, the wheel's wait, the initiating call
   std::atomic<bool> done_{false};
-  std::atomic<bool> dropped_{false};  // the wheel destroyed its wait unrun (on_timeout)
   enum : int { initiating, initiated, fired_early };
   std::atomic<int> phase_{initiating};
   bool forward_failed_ = false;  // set and read on the initiating thread

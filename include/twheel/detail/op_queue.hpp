@@ -5,12 +5,23 @@
 #include <boost/asio/error.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
+namespace twheel {
+class wheel_service;
+}  // namespace twheel
+
 namespace twheel::detail {
 
-class wait_canceller;
+// What a pending wait points at, outside the wheel, and the wheel cuts when the wait
+// settles (wheel_service::settle(), under the wheel's lock): from then on `service_` is
+// null, and whoever holds the link knows, without the lock, that the wait is out of the
+// wheel. A wait_canceller (timer_state.hpp) is one; a cancel_after state keeps one too.
+struct wait_link {
+  std::atomic<wheel_service*> service_;
+};
 
 enum class wait_result : std::uint8_t { success, aborted, no_buffer_space };
 
@@ -27,12 +38,11 @@ class wait_op {
   void complete() { func_(this, true); }
   void destroy() noexcept { func_(this, false); }
 
-  // The handler's cancellation slot handler while one refers to this wait.
-  wait_canceller* canceller() const noexcept {
-    return reinterpret_cast<wait_canceller*>(tag_ & ~result_mask);
-  }
-  void set_canceller(wait_canceller* c) noexcept {
-    tag_ = reinterpret_cast<std::uintptr_t>(c) | (tag_ & result_mask);
+  // The link that refers to this wait while it is pending, if any: the handler's
+  // cancellation slot handler (a wait_canceller), or a cancel_after state's own.
+  wait_link* link() const noexcept { return reinterpret_cast<wait_link*>(tag_ & ~result_mask); }
+  void set_link(wait_link* link) noexcept {
+    tag_ = reinterpret_cast<std::uintptr_t>(link) | (tag_ & result_mask);
   }
 
   wait_result result() const noexcept { return static_cast<wait_result>(tag_ & result_mask); }
@@ -52,7 +62,7 @@ class wait_op {
   wait_op* next_ = nullptr;
 
  private:
-  static constexpr std::uintptr_t result_mask = 3;  // wait_canceller is 8-byte aligned
+  static constexpr std::uintptr_t result_mask = 3;  // wait_link is 8-byte aligned
   std::uintptr_t tag_ = 0;
   func_type func_;
 };

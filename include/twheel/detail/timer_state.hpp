@@ -102,10 +102,10 @@ bool refile_if_touched(timing_wheel& wheel, idle_entry& entry, std::chrono::nano
 // canceller point at each other; whichever goes first (the wait settling, or the slot's
 // handler being replaced or its signal destroyed) cuts the link under the service's lock,
 // so neither ever touches the other after it is gone.
-class wait_canceller {
+class wait_canceller : public wait_link {
  public:
   wait_canceller(wheel_service* service, timer_state* timer, wait_op* op) noexcept
-      : service_(service), timer_(timer), op_(op) {}
+      : wait_link{service}, timer_(timer), op_(op) {}
   wait_canceller(const wait_canceller&) = delete;
   wait_canceller& operator=(const wait_canceller&) = delete;
 
@@ -113,8 +113,8 @@ class wait_canceller {
   ~wait_canceller();
   void operator()(boost::asio::cancellation_type_t type);
 
-  std::atomic<wheel_service*> service_;  // null once the wait has settled
-  timer_state* timer_;                   // guarded by the service's lock
+  // Guarded by the service's lock, and meaningful only while service_ is set.
+  timer_state* timer_;
   wait_op* op_;
 };
 
