@@ -1844,3 +1844,145 @@ BOOST_AUTO_TEST_CASE(a_handler_cancelled_by_its_timeout_and_queued_when_the_whee
   BOOST_TEST(ran == 0);
   BOOST_TEST(probe.expired());
 }
+
+// A timeout that fires while its operation is still being initiated (in a program, on
+// another thread) is emitted once the initiation returns. That emission, too, runs on the
+// handler's associated executor, here a strand: cancellation slots are not thread-safe,
+// and the initiating thread is not in the strand. To fix the order, the initiation below
+// runs the wheel's context itself until the timeout has fired and reached the handler's
+// executor.
+namespace {
+using handler_strand = asio::strand<asio::io_context::executor_type>;
+
+struct emission_log {
+  std::vector<bool> on_executor;  // per emission: whether it ran on the handler's executor
+  std::function<bool()> is_on_executor;
+};
+
+// The operation's cancellation handler: notes the emission and completes the operation
+// through the handler's context (posting to the handler's own executor could fail here).
+template <class Handler>
+struct note_emission {
+  std::shared_ptr<std::optional<Handler>> pending;
+  emission_log* log;
+  asio::io_context::executor_type ex;
+
+  void operator()(asio::cancellation_type_t) {
+    log->on_executor.push_back(log->is_on_executor());
+    if (!pending->has_value()) return;
+    Handler h(std::move(**pending));
+    pending->reset();
+    asio::post(ex, asio::append(std::move(h), error_code(aborted)));
+  }
+};
+
+struct initiate_while_the_wheel_runs {
+  using executor_type = asio::io_context::executor_type;
+  asio::io_context* wheel_ctx;
+  asio::io_context* handler_ctx;
+  emission_log* log;
+  bool* fired_inside;
+  std::function<void()> before_returning;
+  executor_type get_executor() const noexcept { return wheel_ctx->get_executor(); }
+
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    using H = std::decay_t<Handler>;
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    auto pending = std::make_shared<std::optional<H>>(std::forward<Handler>(handler));
+    if (slot.is_connected()) {
+      slot.template emplace<note_emission<H>>(pending, log, handler_ctx->get_executor());
+    }
+    // The wheel fires the timeout and hands its emission to the handler's executor, which
+    // runs it here, while this initiation is still running.
+    const auto give_up = wall::now() + 10s;
+    while (!*fired_inside && wall::now() < give_up) {
+      wheel_ctx->run_one_for(1ms);
+      *fired_inside = handler_ctx->poll() > 0;
+    }
+    before_returning();
+  }
+};
+
+// An executor of an io_context whose execute() throws bad_alloc while *fail is set.
+struct failing_executor {
+  asio::io_context* ctx;
+  const bool* fail;
+  asio::io_context& query(asio::execution::context_t) const noexcept { return *ctx; }
+  static constexpr asio::execution::blocking_t query(asio::execution::blocking_t) noexcept {
+    return asio::execution::blocking.never;
+  }
+  failing_executor require(asio::execution::blocking_t::never_t) const noexcept { return *this; }
+  template <class F>
+  void execute(F f) const {
+    if (*fail) throw std::bad_alloc();
+    asio::require(ctx->get_executor(), asio::execution::blocking.never).execute(std::move(f));
+  }
+  friend bool operator==(const failing_executor& a, const failing_executor& b) noexcept {
+    return a.ctx == b.ctx && a.fail == b.fail;
+  }
+  friend bool operator!=(const failing_executor& a, const failing_executor& b) noexcept {
+    return !(a == b);
+  }
+};
+static_assert(asio::execution::is_executor<failing_executor>::value);
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_timeout_fired_during_the_initiation_is_emitted_on_the_handlers_strand) {
+  asio::io_context wheel_ctx;
+  asio::io_context handler_ctx;
+  auto guard = asio::make_work_guard(handler_ctx);  // poll() must not stop it
+  handler_strand strand = asio::make_strand(handler_ctx);
+  emission_log log{{}, [strand] { return strand.running_in_this_thread(); }};
+  bool fired_inside = false;
+  int calls = 0;
+  error_code result;
+  auto token = twheel::cancel_after(0ms, asio::bind_executor(strand, [&](error_code e) {
+                                      ++calls;
+                                      result = e;
+                                    }));
+  asio::async_initiate<decltype(token), void(error_code)>(
+      initiate_while_the_wheel_runs{&wheel_ctx, &handler_ctx, &log, &fired_inside, [] {}},
+      token);
+  BOOST_TEST(fired_inside);
+  BOOST_TEST(log.on_executor.empty());  // not on the initiating thread: queued to the strand
+  guard.reset();
+  handler_ctx.run();
+  wheel_ctx.run();
+  BOOST_TEST(log.on_executor.size() == 1u);
+  BOOST_TEST((log.on_executor.size() == 1u && log.on_executor[0]));
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(result == aborted);
+}
+
+// The same, when the emission cannot be handed to the handler's executor (no memory):
+// it is emitted on the initiating thread rather than lost, once, before the initiating
+// call returns.
+BOOST_AUTO_TEST_CASE(a_timeout_fired_during_the_initiation_that_cannot_reach_its_executor) {
+  asio::io_context wheel_ctx;
+  asio::io_context handler_ctx;
+  auto guard = asio::make_work_guard(handler_ctx);
+  bool fail = false;
+  const failing_executor ex{&handler_ctx, &fail};
+  emission_log log{{}, [] { return false; }};
+  bool fired_inside = false;
+  int calls = 0;
+  error_code result;
+  auto token = twheel::cancel_after(0ms, asio::bind_executor(ex, [&](error_code e) {
+                                      ++calls;
+                                      result = e;
+                                    }));
+  asio::async_initiate<decltype(token), void(error_code)>(
+      initiate_while_the_wheel_runs{&wheel_ctx, &handler_ctx, &log, &fired_inside,
+                                    [&fail] { fail = true; }},
+      token);
+  fail = false;
+  BOOST_TEST(fired_inside);
+  BOOST_TEST(log.on_executor.size() == 1u);  // emitted by the initiating call
+  guard.reset();
+  handler_ctx.run();
+  wheel_ctx.run();
+  BOOST_TEST(log.on_executor.size() == 1u);
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(result == aborted);
+}

@@ -290,7 +290,8 @@ class cancel_after_initiation : public initiation_executor_type<Initiation> {
 /// bound around this token is met only inside the operation's initiation, where nothing
 /// may throw: if its forwarding cannot be allocated, the operation is cancelled
 /// (terminal) as soon as it has started. A timeout whose emission cannot be dispatched
-/// to a strand is filed again 1 ms later.
+/// to a strand is filed again 1 ms later; one that fired while the operation was still
+/// being initiated (on another thread) is then emitted on the initiating thread.
 template <class CompletionToken>
 auto cancel_after(std::chrono::steady_clock::duration timeout, CompletionToken&& token) {
   return cancel_after_t<std::decay_t<CompletionToken>>(std::forward<CompletionToken>(token),

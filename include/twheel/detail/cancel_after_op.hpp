@@ -101,18 +101,19 @@ class cancel_after_state : public wait_op {
 
   // The operation was initiated: its cancellation handler is installed, so the timeout
   // may emit. If it fired on another thread while the initiation was still running, it
-  // left the emission to us (emitted here, on the initiating thread, which is the
-  // operation's). The initiating call holds its own share until here: the operation may
-  // complete on another thread, and the timeout fire, before this (TSan found it).
+  // left the emission to us (emit_late()). The initiating call holds its own share until
+  // here: the operation may complete on another thread, and the timeout fire, before this
+  // (TSan found it).
   void start() {
     int expected = initiating;
-    if (!compare_exchange_if_threaded(phase_, expected, int{initiated},
-                                      std::memory_order_acq_rel) &&
-        !done_.load(std::memory_order_acquire)) {
-      signal().emit(type_);
-    }
+    const bool fired = !compare_exchange_if_threaded(phase_, expected, int{initiated},
+                                                     std::memory_order_acq_rel);
     if (forward_failed_ && !done_.load(std::memory_order_acquire)) {
       signal().emit(boost::asio::cancellation_type::terminal);
+    }
+    if (fired && !done_.load(std::memory_order_acquire)) {
+      emit_late();
+      return;
     }
     release();
   }
@@ -209,6 +210,20 @@ class cancel_after_state : public wait_op {
     } catch (...) {
       slot.clear();
     }
+  }
+
+  // Emits a timeout that fired during the initiation, on the handler's executor as every
+  // emission: the initiating thread may be outside the handler's strand. dispatch() emits
+  // at once if this thread is already there. Takes over the initiating call's share.
+  [[gnu::cold, gnu::noinline]] void emit_late() {
+    fetch_add_if_threaded(refs_, 1, std::memory_order_relaxed);  // kept if dispatch() throws
+    try {
+      boost::asio::dispatch(executor_, emit_timeout{this});
+    } catch (...) {
+      // It cannot get there (no memory): emitted here rather than lost.
+      if (!done_.load(std::memory_order_acquire)) signal().emit(type_);
+    }
+    release();
   }
 
   static void on_timeout(wait_op* base, bool invoke) {
