@@ -36,6 +36,8 @@ struct wheel_options {
   /// (plus slack and scheduling delay) late and never early. Must be positive. 8 us keeps
   /// the rounding well below the wake-up latency of the context itself (Asio's own timers
   /// fire 30-50 us late), while a coarse slot stays small enough to cascade quickly.
+  /// Taken literally however long: with a tick of an hour, a 1 ms wait completes an hour
+  /// later, and with nanoseconds::max() never.
   std::chrono::nanoseconds tick{std::chrono::microseconds(8)};
   /// Levels of 64 slots (1..10); 6 levels of 8 us reach ~6.4 days, 7 ~1.1 years. Later
   /// deadlines are still exact: they are parked and re-filed, once per turn of the top
@@ -54,7 +56,8 @@ struct wheel_options {
   /// How much later than the earliest due slot the driver may wake, so that waits due
   /// close together share one wake-up (as Linux's timer slack does): a wait completes at
   /// most tick + slack (plus scheduling delay) after its deadline, and the driver wakes at
-  /// most once per slack. 0: wake at the slot. Must not be negative.
+  /// most once per slack. 0: wake at the slot. Must not be negative. Taken literally, as
+  /// tick is: nanoseconds::max() means the driver may never wake.
   std::chrono::nanoseconds slack{0};
   /// Declares that the context runs on one thread at a time and that its timers are used
   /// only from that thread (or from its handlers): the wheel then takes no lock. An
