@@ -1926,63 +1926,65 @@ struct failing_executor {
   }
 };
 static_assert(asio::execution::is_executor<failing_executor>::value);
-}  // namespace
 
-BOOST_AUTO_TEST_CASE(a_timeout_fired_during_the_initiation_is_emitted_on_the_handlers_strand) {
+// The wheel's context and the handler's, and a cancel_after(0 ms) operation started with
+// initiate_while_the_wheel_runs on a handler bound to `ex`.
+struct initiation_race {
   asio::io_context wheel_ctx;
   asio::io_context handler_ctx;
-  auto guard = asio::make_work_guard(handler_ctx);  // poll() must not stop it
-  handler_strand strand = asio::make_strand(handler_ctx);
-  emission_log log{{}, [strand] { return strand.running_in_this_thread(); }};
+  asio::executor_work_guard<asio::io_context::executor_type> guard =
+      asio::make_work_guard(handler_ctx);  // poll() must not stop it
+  emission_log log;
   bool fired_inside = false;
   int calls = 0;
   error_code result;
-  auto token = twheel::cancel_after(0ms, asio::bind_executor(strand, [&](error_code e) {
-                                      ++calls;
-                                      result = e;
-                                    }));
-  asio::async_initiate<decltype(token), void(error_code)>(
-      initiate_while_the_wheel_runs{&wheel_ctx, &handler_ctx, &log, &fired_inside, [] {}},
-      token);
-  BOOST_TEST(fired_inside);
-  BOOST_TEST(log.on_executor.empty());  // not on the initiating thread: queued to the strand
-  guard.reset();
-  handler_ctx.run();
-  wheel_ctx.run();
-  BOOST_TEST(log.on_executor.size() == 1u);
-  BOOST_TEST((log.on_executor.size() == 1u && log.on_executor[0]));
-  BOOST_TEST(calls == 1);
-  BOOST_TEST(result == aborted);
+
+  template <class Executor>
+  void start(const Executor& ex, std::function<void()> before_returning) {
+    auto token = twheel::cancel_after(0ms, asio::bind_executor(ex, [this](error_code e) {
+                                        ++calls;
+                                        result = e;
+                                      }));
+    asio::async_initiate<decltype(token), void(error_code)>(
+        initiate_while_the_wheel_runs{&wheel_ctx, &handler_ctx, &log, &fired_inside,
+                                      std::move(before_returning)},
+        token);
+  }
+  void finish() {
+    guard.reset();
+    handler_ctx.run();
+    wheel_ctx.run();
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_timeout_fired_during_the_initiation_is_emitted_on_the_handlers_strand) {
+  initiation_race race;
+  handler_strand strand = asio::make_strand(race.handler_ctx);
+  race.log.is_on_executor = [strand] { return strand.running_in_this_thread(); };
+  race.start(strand, [] {});
+  BOOST_TEST(race.fired_inside);
+  BOOST_TEST(race.log.on_executor.empty());  // queued to the strand, not emitted here
+  race.finish();
+  BOOST_TEST(race.log.on_executor.size() == 1u);
+  BOOST_TEST((race.log.on_executor.size() == 1u && race.log.on_executor[0]));
+  BOOST_TEST(race.calls == 1);
+  BOOST_TEST(race.result == aborted);
 }
 
 // The same, when the emission cannot be handed to the handler's executor (no memory):
 // it is emitted on the initiating thread rather than lost, once, before the initiating
 // call returns.
 BOOST_AUTO_TEST_CASE(a_timeout_fired_during_the_initiation_that_cannot_reach_its_executor) {
-  asio::io_context wheel_ctx;
-  asio::io_context handler_ctx;
-  auto guard = asio::make_work_guard(handler_ctx);
+  initiation_race race;
   bool fail = false;
-  const failing_executor ex{&handler_ctx, &fail};
-  emission_log log{{}, [] { return false; }};
-  bool fired_inside = false;
-  int calls = 0;
-  error_code result;
-  auto token = twheel::cancel_after(0ms, asio::bind_executor(ex, [&](error_code e) {
-                                      ++calls;
-                                      result = e;
-                                    }));
-  asio::async_initiate<decltype(token), void(error_code)>(
-      initiate_while_the_wheel_runs{&wheel_ctx, &handler_ctx, &log, &fired_inside,
-                                    [&fail] { fail = true; }},
-      token);
+  race.log.is_on_executor = [] { return false; };
+  race.start(failing_executor{&race.handler_ctx, &fail}, [&fail] { fail = true; });
   fail = false;
-  BOOST_TEST(fired_inside);
-  BOOST_TEST(log.on_executor.size() == 1u);  // emitted by the initiating call
-  guard.reset();
-  handler_ctx.run();
-  wheel_ctx.run();
-  BOOST_TEST(log.on_executor.size() == 1u);
-  BOOST_TEST(calls == 1);
-  BOOST_TEST(result == aborted);
+  BOOST_TEST(race.fired_inside);
+  BOOST_TEST(race.log.on_executor.size() == 1u);  // emitted by the initiating call
+  race.finish();
+  BOOST_TEST(race.log.on_executor.size() == 1u);
+  BOOST_TEST(race.calls == 1);
+  BOOST_TEST(race.result == aborted);
 }
