@@ -275,17 +275,8 @@ class queue_context : public boost::asio::execution_context {
   // Runs what is queued, and what that queues, until the queue is empty.
   std::size_t poll() {
     std::size_t n = 0;
-    for (;;) {
-      std::unique_ptr<item_base> next;
-      {
-        std::lock_guard<std::mutex> lk(m_);
-        if (queue_.empty()) return n;
-        next = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      next->run();
-      ++n;
-    }
+    while (poll_one() != 0) ++n;
+    return n;
   }
   // Runs the oldest queued item, if any.
   std::size_t poll_one() {
