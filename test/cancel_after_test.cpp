@@ -60,6 +60,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <stdexcept>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -1987,4 +1988,74 @@ BOOST_AUTO_TEST_CASE(a_timeout_fired_during_the_initiation_that_cannot_reach_its
   BOOST_TEST(race.log.on_executor.size() == 1u);
   BOOST_TEST(race.calls == 1);
   BOOST_TEST(race.result == aborted);
+}
+
+// The initiation runs inside the handler's strand, so dispatch() runs the late emission
+// there, inline, and the operation's cancellation handler throws. That is the caller's
+// exception, as an emission's always is: it leaves the initiating call, the handler is
+// not called a second time as if dispatch() had failed, and the state is freed.
+namespace {
+template <class Handler>
+struct throw_on_emission {
+  std::shared_ptr<std::optional<Handler>> pending;
+  int* emissions;
+  void operator()(asio::cancellation_type_t) {
+    ++*emissions;
+    throw std::runtime_error("the cancellation handler failed");
+  }
+};
+
+struct initiate_and_fire_inside {
+  using executor_type = asio::io_context::executor_type;
+  asio::io_context* wheel_ctx;
+  int* emissions;
+  std::function<void()>* drop_handler;  // the test destroys the uncancelled operation
+  executor_type get_executor() const noexcept { return wheel_ctx->get_executor(); }
+
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    using H = std::decay_t<Handler>;
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    auto pending = std::make_shared<std::optional<H>>(std::forward<Handler>(handler));
+    *drop_handler = [pending] { pending->reset(); };
+    slot.template emplace<throw_on_emission<H>>(pending, emissions);
+    // The timeout fires, and its emission, dispatched to the strand this thread is in,
+    // runs at once and leaves the emission to the end of the initiation.
+    const auto give_up = wall::now() + 10s;
+    while (twheel::stats(*wheel_ctx).pending != 0 && wall::now() < give_up) {
+      wheel_ctx->run_one_for(1ms);
+    }
+    wheel_ctx->poll();  // the timeout's record, if the pass queued it
+  }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_late_emission_that_throws_is_not_taken_for_a_failed_dispatch) {
+  asio::io_context wheel_ctx;
+  asio::io_context handler_ctx;
+  alloc_counters counters;
+  int emissions = 0;
+  bool threw = false;
+  std::function<void()> drop_handler;
+  handler_strand strand = asio::make_strand(handler_ctx);
+  asio::post(strand, [&] {
+    auto token = twheel::cancel_after(
+        0ms, asio::bind_allocator(counting_allocator<void>(&counters),
+                                  asio::bind_executor(strand, [](error_code) {})));
+    try {
+      asio::async_initiate<decltype(token), void(error_code)>(
+          initiate_and_fire_inside{&wheel_ctx, &emissions, &drop_handler}, token);
+    } catch (const std::runtime_error&) {
+      threw = true;
+    }
+  });
+  handler_ctx.run();
+  BOOST_TEST(emissions == 1);
+  BOOST_TEST(threw);
+  BOOST_REQUIRE(drop_handler);
+  drop_handler();  // the operation, never cancelled, destroys its handler
+  drop_handler = nullptr;
+  wheel_ctx.restart();
+  wheel_ctx.run();
+  BOOST_TEST(counters.outstanding() == 0u);
 }

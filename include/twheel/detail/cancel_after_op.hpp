@@ -220,6 +220,12 @@ class cancel_after_state : public wait_op {
     try {
       boost::asio::dispatch(executor_, emit_timeout{this});
     } catch (...) {
+      if (phase_.load(std::memory_order_relaxed) == emitted) {
+        // dispatch() ran the emission here, and the operation's cancellation handler
+        // threw: the caller's exception, as an emission's always is. Not emitted again.
+        release();
+        throw;
+      }
       // It cannot get there (no memory): emitted here rather than lost.
       if (!done_.load(std::memory_order_acquire)) signal().emit(type_);
     }
@@ -284,16 +290,20 @@ class cancel_after_state : public wait_op {
     ~emit_timeout() {
       if (self_) self_->release();
     }
+    // The share is let go of after the emission, by the destructor if the operation's
+    // cancellation handler throws.
     void operator()() {
-      cancel_after_state* self = std::exchange(self_, nullptr);
+      cancel_after_state* self = self_;
       int expected = initiating;
       // Still initiating (on another thread): the operation may not listen yet; start()
       // emits instead.
       if (!self->done_.load(std::memory_order_acquire) &&
           !compare_exchange_if_threaded(self->phase_, expected, int{fired_early},
                                         std::memory_order_acq_rel)) {
+        self->phase_.store(emitted, std::memory_order_relaxed);
         self->signal().emit(self->type_);
       }
+      self_ = nullptr;
       self->release();
     }
 
@@ -310,7 +320,8 @@ class cancel_after_state : public wait_op {
   boost::asio::cancellation_type_t type_;
   std::atomic<int> refs_{3};  // the wrapped handler, the wheel's wait, the initiating call
   std::atomic<bool> done_{false};
-  enum : int { initiating, initiated, fired_early };
+  // emitted: an emit_timeout has called the operation's cancellation handler.
+  enum : int { initiating, initiated, fired_early, emitted };
   std::atomic<int> phase_{initiating};
   bool forward_failed_ = false;  // set and read on the initiating thread
   bool pooled_ = false;          // in a block of the wheel's pool, not from allocator_
