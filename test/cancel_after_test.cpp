@@ -137,6 +137,17 @@ struct record_cancel {
   }
 };
 
+// A test operation: it holds its handler, and installs
+// Cancel<Handler>(pending, args...) in the handler's cancellation slot.
+template <template <class> class Cancel, class Handler, class... Args>
+auto hold_handler(Handler&& handler, Args&&... args) {
+  using H = std::decay_t<Handler>;
+  auto slot = asio::get_associated_cancellation_slot(handler);
+  auto pending = std::make_shared<std::optional<H>>(std::forward<Handler>(handler));
+  if (slot.is_connected()) slot.template emplace<Cancel<H>>(pending, std::forward<Args>(args)...);
+  return pending;
+}
+
 struct initiate_wait_for_cancel {
   using executor_type = asio::any_io_executor;
   executor_type ex;
@@ -145,10 +156,7 @@ struct initiate_wait_for_cancel {
 
   template <class Handler>
   void operator()(Handler&& handler) const {
-    using H = std::decay_t<Handler>;
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    auto state = std::make_shared<std::optional<H>>(std::forward<Handler>(handler));
-    if (slot.is_connected()) slot.template emplace<record_cancel<H>>(state, log, ex);
+    hold_handler<record_cancel>(std::forward<Handler>(handler), log, ex);
   }
 };
 
@@ -1888,12 +1896,7 @@ struct initiate_while_the_wheel_runs {
 
   template <class Handler>
   void operator()(Handler&& handler) const {
-    using H = std::decay_t<Handler>;
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    auto pending = std::make_shared<std::optional<H>>(std::forward<Handler>(handler));
-    if (slot.is_connected()) {
-      slot.template emplace<note_emission<H>>(pending, log, handler_ctx->get_executor());
-    }
+    hold_handler<note_emission>(std::forward<Handler>(handler), log, handler_ctx->get_executor());
     // The wheel fires the timeout and hands its emission to the handler's executor, which
     // runs it here, while this initiation is still running.
     const auto give_up = wall::now() + 10s;
@@ -2014,11 +2017,8 @@ struct initiate_and_fire_inside {
 
   template <class Handler>
   void operator()(Handler&& handler) const {
-    using H = std::decay_t<Handler>;
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    auto pending = std::make_shared<std::optional<H>>(std::forward<Handler>(handler));
+    auto pending = hold_handler<throw_on_emission>(std::forward<Handler>(handler), emissions);
     *drop_handler = [pending] { pending->reset(); };
-    slot.template emplace<throw_on_emission<H>>(pending, emissions);
     // The timeout fires, and its emission, dispatched to the strand this thread is in,
     // runs at once and leaves the emission to the end of the initiation.
     const auto give_up = wall::now() + 10s;
