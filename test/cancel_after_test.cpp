@@ -2002,8 +2002,10 @@ template <class Handler>
 struct throw_on_emission {
   std::shared_ptr<std::optional<Handler>> pending;
   int* emissions;
+  bool out_of_memory = false;  // throws bad_alloc, not runtime_error
   void operator()(asio::cancellation_type_t) {
     ++*emissions;
+    if (out_of_memory) throw std::bad_alloc();
     throw std::runtime_error("the cancellation handler failed");
   }
 };
@@ -2058,4 +2060,94 @@ BOOST_AUTO_TEST_CASE(a_late_emission_that_throws_is_not_taken_for_a_failed_dispa
   wheel_ctx.restart();
   wheel_ctx.run();
   BOOST_TEST(counters.outstanding() == 0u);
+}
+
+// A timeout that fires after the initiation is dispatched to the handler's executor. An
+// executor that runs work at once (here inline_executor; Asio's system_executor would
+// too, but it terminates on an exception) runs it inside the wheel's pass, and the
+// operation's cancellation handler throws: that exception leaves run(), as any
+// emission's does. The cancellation handler is not called again as if the dispatch had
+// failed (which files the timeout again a millisecond later), and the state is freed. A
+// bad_alloc from the cancellation handler too: it is not a dispatch that could not
+// allocate.
+namespace {
+// Runs what it is given at once, on the calling thread, and lets its exceptions out.
+struct inline_executor {
+  asio::io_context* ctx;
+  asio::io_context& query(asio::execution::context_t) const noexcept { return *ctx; }
+  static constexpr asio::execution::blocking_t query(asio::execution::blocking_t) noexcept {
+    return asio::execution::blocking.possibly;
+  }
+  template <class F>
+  void execute(F f) const {
+    std::move(f)();
+  }
+  friend bool operator==(const inline_executor& a, const inline_executor& b) noexcept {
+    return a.ctx == b.ctx;
+  }
+  friend bool operator!=(const inline_executor& a, const inline_executor& b) noexcept {
+    return !(a == b);
+  }
+};
+static_assert(asio::execution::is_executor<inline_executor>::value);
+
+struct hold_and_throw_on_emission {
+  using executor_type = asio::io_context::executor_type;
+  asio::io_context* ctx;
+  int* emissions;
+  bool out_of_memory;
+  std::function<void()>* drop_handler;  // the test destroys the uncancelled operation
+  executor_type get_executor() const noexcept { return ctx->get_executor(); }
+
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    auto pending = hold_handler<throw_on_emission>(std::forward<Handler>(handler), emissions,
+                                                   out_of_memory);
+    *drop_handler = [pending] { pending->reset(); };
+  }
+};
+
+template <class Exception>
+void check_emission_at_once_that_throws() {
+  asio::io_context ctx;
+  alloc_counters counters;
+  int emissions = 0;
+  std::function<void()> drop_handler;
+  auto token = twheel::cancel_after(
+      1ms, asio::bind_allocator(counting_allocator<void>(&counters),
+                                asio::bind_executor(inline_executor{&ctx}, [](error_code) {})));
+  asio::async_initiate<decltype(token), void(error_code)>(
+      hold_and_throw_on_emission{&ctx, &emissions, std::is_same_v<Exception, std::bad_alloc>,
+                                 &drop_handler},
+      token);
+  // run() again after each throw, as a program would: until the timeout has fired, and
+  // then for long enough that a timeout filed again would have fired as well.
+  int thrown = 0;
+  auto run_for = [&](auto d) {
+    try {
+      ctx.restart();
+      ctx.run_for(d);
+    } catch (const Exception&) {
+      ++thrown;
+    }
+  };
+  const auto give_up = wall::now() + 10s;
+  while (thrown == 0 && wall::now() < give_up) run_for(10ms);
+  for (int i = 0; i < 5; ++i) run_for(10ms);
+  BOOST_TEST(emissions == 1);
+  BOOST_TEST(thrown == 1);
+  BOOST_TEST(twheel::stats(ctx).pending == 0u);
+  BOOST_REQUIRE(drop_handler);
+  drop_handler();  // the operation, never cancelled, destroys its handler
+  drop_handler = nullptr;
+  BOOST_TEST(counters.outstanding() == 0u);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_emission_run_at_once_by_its_executor_that_throws) {
+  check_emission_at_once_that_throws<std::runtime_error>();
+}
+
+BOOST_AUTO_TEST_CASE(an_emission_run_at_once_by_its_executor_that_throws_bad_alloc) {
+  check_emission_at_once_that_throws<std::bad_alloc>();
 }

@@ -262,22 +262,42 @@ class cancel_after_state : public wait_op {
     try {
       boost::asio::dispatch(self->executor_, emit_timeout{self});
     } catch (const std::bad_alloc&) {
-      // The emit_timeout given to dispatch() let go of the wheel's share: the retry's
-      // takes its place. Linked again, so that finish() takes the retry out.
-      self->filed_.service_.store(&self->service_, std::memory_order_relaxed);
-      self->set_link(&self->filed_);
-      try {
-        self->service_.schedule(self->entry_,
-                                self->service_.wheel_time(std::chrono::steady_clock::now() +
-                                                          std::chrono::milliseconds(1)),
-                                self);
-      } catch (...) {
+      // The emit_timeout given to dispatch() let go of the wheel's share.
+      if (self->phase_.load(std::memory_order_relaxed) == emitted) {
+        // dispatch() ran the emission here (an executor that runs work at once), and
+        // the operation's cancellation handler threw: not a dispatch that failed, and
+        // not emitted again.
         self->release();
         throw;
       }
+      self->retry_timeout();
       return;
+    } catch (...) {
+      // The emission, run here, threw (the caller's exception), or the executor refused
+      // the work: the retry's share is not needed.
+      self->release();
+      throw;
     }
     self->release();
+  }
+
+  // Files the timeout again, a millisecond later, under the retry's share (which takes
+  // the place of the wheel's). Linked again, so that finish() takes the retry out.
+  void retry_timeout() {
+    filed_.service_.store(&service_, std::memory_order_relaxed);
+    set_link(&filed_);
+    try {
+      service_.schedule(entry_,
+                        service_.wheel_time(std::chrono::steady_clock::now() +
+                                            std::chrono::milliseconds(1)),
+                        this);
+    } catch (...) {
+      // Not filed: finish() has nothing to take out, and must not reach for the wheel,
+      // which a context of the user's own may destroy before the operation's handler.
+      filed_.service_.store(nullptr, std::memory_order_release);
+      release();
+      throw;
+    }
   }
 
   // Holds the wheel's share of the state until it has emitted, or until it is destroyed
