@@ -323,15 +323,23 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
     // Every wait settled in this pass is in `fired`.
     stats_.pending -= fired.count;
     stats_.fired += fired.count;
-    first = keep_first(fired);
     // Its own block went back to the driver's pool before this ran: ensure() finds it.
     // With nothing pending, the driver's standby goes too, or it would keep run() from
     // returning until its time.
     if (stats_.pending != 0) {
-      ensure_driver();
+      try {
+        ensure_driver();
+      } catch (...) {
+        // No memory for the wake-up (only where the driver's memory is not pooled: a
+        // context of the user's own). The driver says it is unarmed, and the next wait
+        // filed arms it; what this pass settled goes to the context all the same.
+        hand_over_now(fired);
+        throw;
+      }
     } else {
       disarm_driver();
     }
+    first = keep_first(fired);
   }
   if (first) first->run();
 }

@@ -4,7 +4,10 @@
 // armed with N, the Nth allocation of this thread fails (std::bad_alloc, or nullptr from
 // the nothrow forms). Each scenario is run for N = 1, 2, 3, ... until a run makes no
 // injection (it completed with every allocation succeeding); so every allocation the
-// scenario makes on this thread fails once. The expectations, as with Asio:
+// scenario makes on this thread fails once. Scenarios run with for_every_burst() fail
+// every allocation from the Nth on until the test catches the bad_alloc, so that the
+// fallbacks that allocate (a timeout filed again, a wake-up re-armed) fail too. The
+// expectations, as with Asio:
 //   - an initiating call that throws changes nothing: the handler it was given is
 //     destroyed without being invoked, the timer's expiry and the wheel's pending count
 //     are as before;
@@ -47,6 +50,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "support.hpp"
@@ -59,12 +63,22 @@ thread_local long countdown = 0;    // 0: off; otherwise allocations left until 
 thread_local bool paused = false;   // the test's own bookkeeping allocates freely
 thread_local bool injected = false; // the armed countdown reached its allocation
 thread_local long seen = 0;         // allocations made while armed
+// Bursts (for_every_burst): from the failing allocation on, every allocation fails until
+// the test catches the bad_alloc (end_burst()), so a fallback that allocates fails too.
+thread_local bool burst_mode = false;
+thread_local bool bursting = false;
 
 bool should_fail() noexcept {
-  if (countdown == 0 || paused) return false;
+  if (paused) return false;
+  if (bursting) {
+    ++seen;
+    return true;
+  }
+  if (countdown == 0) return false;
   ++seen;
   if (--countdown != 0) return false;
   injected = true;
+  bursting = burst_mode;
   // FI_TRAP=N: stop in a debugger at the Nth allocation of a run (where was it made?).
   if (const char* e = std::getenv("FI_TRAP"); e && std::atol(e) == seen) __builtin_trap();
   return true;
@@ -166,8 +180,14 @@ class fault_scope {
     countdown = n;
   }
   ~fault_scope() { disarm(); }
-  void disarm() noexcept { countdown = 0; }
+  void disarm() noexcept {
+    countdown = 0;
+    bursting = false;
+  }
 };
+
+// The test caught the bad_alloc of a burst: allocations succeed again.
+void end_burst() noexcept { bursting = false; }
 
 struct pause_faults {
   bool was = paused;
@@ -190,6 +210,7 @@ bool initiate(F&& f) {
     f();
     return true;
   } catch (const std::bad_alloc&) {
+    end_burst();
     return false;
   }
 }
@@ -202,6 +223,7 @@ void run_armed(asio::io_context& ctx) {
       ctx.run();
       return;
     } catch (const std::bad_alloc&) {
+      end_burst();
     }
   }
   FI_CHECK(!"run() kept throwing");
@@ -297,6 +319,14 @@ void for_every_allocation(Scenario scenario) {
   BOOST_TEST(n > 1);  // the scenario allocates at all: the hook saw it
 }
 
+// The same, with each injected failure starting a burst (see burst_mode).
+template <class Scenario>
+void for_every_burst(Scenario scenario) {
+  burst_mode = true;
+  for_every_allocation(scenario);
+  burst_mode = false;
+}
+
 // One timer wait (`id` is read here, after make() has set it among the arguments);
 // `accepted` says whether async_wait took it. Checks that a refused
 // wait changed nothing.
@@ -367,6 +397,7 @@ void run_until_resolved(asio::io_context& ctx, const ledger& l, std::initializer
     try {
       if (ctx.run_one() == 0) break;
     } catch (const std::bad_alloc&) {
+      end_burst();
     }
   }
 }
@@ -748,5 +779,59 @@ BOOST_AUTO_TEST_CASE(configure) {
     wait_on(t, ctx, l, id, make<small_handler>(l, id));
     ctx.run();
     check_ledger(l);
+  });
+}
+
+// cancel_after on a context of the user's own (queue_context: it destroys its queue after
+// its services), the handler on a strand, with memory running out from one allocation on:
+// - the timeout's dispatch to the strand fails, and so may the timeout filed again a
+//   millisecond later. Then the operation runs on without its timeout (documented), and
+//   its handler, cancelled and queued, is destroyed with the context, after the wheel: it
+//   must not reach for the wheel to take back a timeout that was never filed (ASan);
+// - the driver's re-arm after a pass fails (on this context its memory is not pooled):
+//   what the pass settled must still reach the context (LeakSanitizer saw the timeout's
+//   record lost).
+// The strand is another context's: a strand of the queue_context would itself be
+// destroyed after its service.
+BOOST_AUTO_TEST_CASE(cancel_after_on_a_context_of_its_own) {
+  for_every_burst([](long n) {
+    ledger l;
+    int id = -1;
+    {
+      asio::io_context handler_ctx;  // outlives ctx and what ctx leaves queued
+      auto strand = asio::make_strand(handler_ctx);
+      twheel_test::queue_context ctx;
+      twheel::steady_timer operation(ctx.get_executor(), 1h);  // the operation under a timeout
+      (void)twheel::stats(ctx);
+      {
+        fault_scope armed(n);
+        id = l.take();
+        l.accepted[id] = initiate([&] {
+          operation.async_wait(
+              twheel::cancel_after(1ms, asio::bind_executor(strand, small_handler(l, id))));
+        });
+        // One item at a time until the timeout has cancelled the operation, or was lost:
+        // a burst ended in poll_one(), and nothing more happens for a while.
+        auto quiet_since = std::chrono::steady_clock::now();
+        bool lost = false;
+        while (l.accepted[id] && twheel::stats(ctx).pending != 0 && !lost) {
+          std::size_t ran = 0;
+          try {
+            ran = ctx.poll_one();
+            ran += handler_ctx.poll_one();
+          } catch (const std::bad_alloc&) {
+            end_burst();
+          }
+          const auto now = std::chrono::steady_clock::now();
+          if (ran != 0) quiet_since = now;
+          lost = twheel::stats(ctx).pending == 1 && now - quiet_since > 200ms;
+          if (ran == 0) std::this_thread::sleep_for(100us);
+        }
+        armed.disarm();
+      }
+      operation.cancel();  // a lost timeout's operation: its handler is queued too
+      FI_CHECK(twheel::stats(ctx).pending == 0);
+    }  // the queued handler is destroyed after the wheel
+    FI_CHECK(l.state[id] == destroyed);
   });
 }
