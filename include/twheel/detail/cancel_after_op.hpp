@@ -262,7 +262,8 @@ class cancel_after_state : public wait_op {
     try {
       boost::asio::dispatch(self->executor_, emit_timeout{self});
     } catch (const std::bad_alloc&) {
-      // The emit_timeout given to dispatch() let go of the wheel's share.
+      // The wheel's share went with the emit_timeout given to dispatch(): let go of,
+      // or held by what dispatch() queued before it failed (a strand's queue).
       if (self->phase_.load(std::memory_order_relaxed) == emitted) {
         // dispatch() ran the emission here (an executor that runs work at once), and
         // the operation's cancellation handler threw: not a dispatch that failed, and
