@@ -212,6 +212,14 @@ class cancel_after_state : public wait_op {
     }
   }
 
+  // Whether what dispatch() threw came from the emission itself: dispatch() ran it on this
+  // thread (the handler's strand was here, or its executor runs work at once) and the
+  // operation's cancellation handler threw. That is the caller's exception, as an
+  // emission's always is: not a dispatch that failed, so not emitted again.
+  bool emission_threw() const noexcept {
+    return phase_.load(std::memory_order_relaxed) == emitted;
+  }
+
   // Emits a timeout that fired during the initiation, on the handler's executor as every
   // emission: the initiating thread may be outside the handler's strand. dispatch() emits
   // at once if this thread is already there. Takes over the initiating call's share.
@@ -220,9 +228,7 @@ class cancel_after_state : public wait_op {
     try {
       boost::asio::dispatch(executor_, emit_timeout{this});
     } catch (...) {
-      if (phase_.load(std::memory_order_relaxed) == emitted) {
-        // dispatch() ran the emission here, and the operation's cancellation handler
-        // threw: the caller's exception, as an emission's always is. Not emitted again.
+      if (emission_threw()) {
         release();
         throw;
       }
@@ -264,10 +270,7 @@ class cancel_after_state : public wait_op {
     } catch (const std::bad_alloc&) {
       // The wheel's share went with the emit_timeout given to dispatch(): let go of,
       // or held by what dispatch() queued before it failed (a strand's queue).
-      if (self->phase_.load(std::memory_order_relaxed) == emitted) {
-        // dispatch() ran the emission here (an executor that runs work at once), and
-        // the operation's cancellation handler threw: not a dispatch that failed, and
-        // not emitted again.
+      if (self->emission_threw()) {
         self->release();
         throw;
       }
