@@ -2010,17 +2010,34 @@ struct throw_on_emission {
   }
 };
 
-struct initiate_and_fire_inside {
+// A test operation on `ctx` that holds its handler, whose cancellation handler throws.
+struct hold_and_throw_on_emission {
   using executor_type = asio::io_context::executor_type;
-  asio::io_context* wheel_ctx;
+  asio::io_context* ctx;
   int* emissions;
+  bool out_of_memory;
   std::function<void()>* drop_handler;  // the test destroys the uncancelled operation
-  executor_type get_executor() const noexcept { return wheel_ctx->get_executor(); }
+  executor_type get_executor() const noexcept { return ctx->get_executor(); }
 
   template <class Handler>
   void operator()(Handler&& handler) const {
-    auto pending = hold_handler<throw_on_emission>(std::forward<Handler>(handler), emissions);
+    auto pending = hold_handler<throw_on_emission>(std::forward<Handler>(handler), emissions,
+                                                   out_of_memory);
     *drop_handler = [pending] { pending->reset(); };
+  }
+};
+
+// The same operation, whose initiation then runs the wheel's context (`hold.ctx`) until
+// the timeout has fired.
+struct initiate_and_fire_inside {
+  using executor_type = asio::io_context::executor_type;
+  hold_and_throw_on_emission hold;
+  executor_type get_executor() const noexcept { return hold.get_executor(); }
+
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    hold(std::forward<Handler>(handler));
+    asio::io_context* wheel_ctx = hold.ctx;
     // The timeout fires, and its emission, dispatched to the strand this thread is in,
     // runs at once and leaves the emission to the end of the initiation.
     const auto give_up = wall::now() + 10s;
@@ -2046,7 +2063,7 @@ BOOST_AUTO_TEST_CASE(a_late_emission_that_throws_is_not_taken_for_a_failed_dispa
                                   asio::bind_executor(strand, [](error_code) {})));
     try {
       asio::async_initiate<decltype(token), void(error_code)>(
-          initiate_and_fire_inside{&wheel_ctx, &emissions, &drop_handler}, token);
+          initiate_and_fire_inside{{&wheel_ctx, &emissions, false, &drop_handler}}, token);
     } catch (const std::runtime_error&) {
       threw = true;
     }
@@ -2090,22 +2107,6 @@ struct inline_executor {
   }
 };
 static_assert(asio::execution::is_executor<inline_executor>::value);
-
-struct hold_and_throw_on_emission {
-  using executor_type = asio::io_context::executor_type;
-  asio::io_context* ctx;
-  int* emissions;
-  bool out_of_memory;
-  std::function<void()>* drop_handler;  // the test destroys the uncancelled operation
-  executor_type get_executor() const noexcept { return ctx->get_executor(); }
-
-  template <class Handler>
-  void operator()(Handler&& handler) const {
-    auto pending = hold_handler<throw_on_emission>(std::forward<Handler>(handler), emissions,
-                                                   out_of_memory);
-    *drop_handler = [pending] { pending->reset(); };
-  }
-};
 
 template <class Exception>
 void check_emission_at_once_that_throws() {
