@@ -63,8 +63,9 @@ thread_local long countdown = 0;    // 0: off; otherwise allocations left until 
 thread_local bool paused = false;   // the test's own bookkeeping allocates freely
 thread_local bool injected = false; // the armed countdown reached its allocation
 thread_local long seen = 0;         // allocations made while armed
-// Bursts (for_every_allocation's second round): from the failing allocation on, every allocation fails until
-// the test catches the bad_alloc (end_burst()), so a fallback that allocates fails too.
+// Bursts (for_every_allocation's second round): from the failing allocation on, every
+// allocation fails until the test catches the bad_alloc (end_burst()), so a fallback that
+// allocates fails too.
 thread_local bool burst_mode = false;
 thread_local bool bursting = false;
 
