@@ -68,7 +68,8 @@ bool wheel_service::start_boxed_wait(detail::timer_state& timer,
 }
 
 void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
-                               detail::wait_op* op, detail::wait_canceller* canceller) {
+                               detail::wait_op* op, detail::wait_canceller* canceller,
+                               bool replace) {
   lock_type lock(mutex_);
   if (shut_down_) {
     // Asio destroys operations started after shutdown without invoking them.
@@ -80,6 +81,8 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   }
   records_.reserve();
   op->set_link(canceller);
+  // Only now, with the new wait's memory had: should it not be, they stay pending.
+  if (replace) abort_waits(timer, static_cast<std::size_t>(-1));
   if (refuses(timer)) {
     settled rejected;
     settle_op(op, detail::wait_result::no_buffer_space, rejected);

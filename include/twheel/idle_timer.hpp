@@ -13,6 +13,7 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/cancellation_state.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/recycling_allocator.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -30,63 +31,64 @@ namespace detail {
 // The one thing an idle wait shares with its timer once it may have been settled:
 // whether cancel(), destruction or move assignment came before its handler ran (the
 // driver settles a wait under the wheel's lock, but its handler runs later). Two owners:
-// the timer (until its next wait, destruction or move) and the wait. Allocated per wait
-// through the handler's associated allocator, which it keeps to free itself.
+// the timer (until its next wait, destruction or move) and the wait. The timer's share
+// outlives the handler, so the flag is not the handler's memory: Asio lets a handler end
+// its allocator's memory resource once the operation has called it. It comes from Asio's
+// recycling allocator instead, as a handler's operation does when it has no allocator.
 struct idle_wait_flag {
+  using allocator_type = boost::asio::recycling_allocator<idle_wait_flag>;
+
   std::atomic<bool> aborted{false};
   std::atomic<unsigned char> owners{2};
-  void (*destroy)(idle_wait_flag*) noexcept = nullptr;
+
+  // Both shares; throws std::bad_alloc.
+  static idle_wait_flag* make() {
+    allocator_type alloc;
+    return ::new (static_cast<void*>(alloc.allocate(1))) idle_wait_flag;
+  }
 
   void release() noexcept {
-    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy(this);
-  }
-};
-
-template <class Allocator>
-struct idle_wait_flag_with : idle_wait_flag {
-  using allocator_type = typename std::allocator_traits<
-      Allocator>::template rebind_alloc<idle_wait_flag_with>;
-
-  explicit idle_wait_flag_with(const allocator_type& a) : allocator(a) {
-    destroy = &destroy_this;
-  }
-
-  static idle_wait_flag* make(const Allocator& a) {
-    allocator_type alloc(a);
-    idle_wait_flag_with* p = std::allocator_traits<allocator_type>::allocate(alloc, 1);
-    try {
-      return ::new (static_cast<void*>(p)) idle_wait_flag_with(alloc);
-    } catch (...) {
-      std::allocator_traits<allocator_type>::deallocate(alloc, p, 1);
-      throw;
+    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      this->~idle_wait_flag();
+      allocator_type().deallocate(this, 1);
     }
   }
-
-  static void destroy_this(idle_wait_flag* base) noexcept {
-    auto* self = static_cast<idle_wait_flag_with*>(base);
-    allocator_type alloc(std::move(self->allocator));
-    self->~idle_wait_flag_with();
-    std::allocator_traits<allocator_type>::deallocate(alloc, self, 1);
-  }
-
-  allocator_type allocator;
 };
 
-template <class Handler>
-idle_wait_flag* make_idle_wait_flag(const Handler& handler) {
-  using allocator_t = decltype(op_allocator(handler));
-  return idle_wait_flag_with<allocator_t>::make(op_allocator(handler));
-}
+// One owner's share of a flag, let go of by its destructor: an operation whose
+// construction or move throws part-way lets go of the share it took.
+class idle_wait_share {
+ public:
+  explicit idle_wait_share(idle_wait_flag* flag) noexcept : flag_(flag) {}
+  idle_wait_share(idle_wait_share&& other) noexcept : flag_(std::exchange(other.flag_, nullptr)) {}
+  idle_wait_share& operator=(idle_wait_share&&) = delete;
+  ~idle_wait_share() { reset(); }
+
+  idle_wait_flag* get() const noexcept { return flag_; }
+  // The share goes to whoever keeps the pointer.
+  idle_wait_flag* hand_over() noexcept { return std::exchange(flag_, nullptr); }
+  void reset() noexcept {
+    if (flag_) std::exchange(flag_, nullptr)->release();
+  }
+
+ private:
+  idle_wait_flag* flag_;
+};
 
 // The handler given to the wheel: the caller's, completed with operation_aborted when the
 // timer was cancelled, or the caller's slot emitted, after the wait settled. The caller's
 // slot feeds a cancellation_state, whose own slot goes to the wheel: an emit before the
-// wait settles aborts it there; one after it is seen here.
-template <class Handler, class Flag>
+// wait settles aborts it there; one after it is seen here. (Two parameters, as
+// TWHEEL_FORWARD_ASSOCIATORS wants them.)
+template <class Handler, class Flag = idle_wait_flag>
 class idle_wait_op {
+  static_assert(std::is_same_v<Flag, idle_wait_flag>);
+
  public:
   using cancellation_slot_type = boost::asio::cancellation_slot;
 
+  // Takes one share of `flag` (the first member, so that a throw from the
+  // handler's or the cancellation state's construction lets go of it).
   template <class H>
   idle_wait_op(Flag* flag, H&& handler)
       : flag_(flag),
@@ -95,27 +97,26 @@ class idle_wait_op {
                       boost::asio::enable_total_cancellation()) {}
 
   idle_wait_op(idle_wait_op&& other) noexcept(std::is_nothrow_move_constructible_v<Handler>)
-      : flag_(std::exchange(other.flag_, nullptr)),
+      : flag_(std::move(other.flag_)),
         handler_(std::move(other.handler_)),
         cancel_state_(std::move(other.cancel_state_)) {}
   idle_wait_op& operator=(idle_wait_op&&) = delete;
 
-  ~idle_wait_op() {
-    if (flag_) flag_->release();
-  }
-
   cancellation_slot_type get_cancellation_slot() const noexcept { return cancel_state_.slot(); }
 
   void operator()(boost::system::error_code ec) {
-    if (!ec && (flag_->aborted.load(std::memory_order_acquire) ||
+    if (!ec && (flag_.get()->aborted.load(std::memory_order_acquire) ||
                 cancel_state_.cancelled() != boost::asio::cancellation_type::none)) {
       ec = boost::asio::error::operation_aborted;
     }
-    std::exchange(flag_, nullptr)->release();
+    flag_.reset();
     std::move(handler_)(ec);
   }
 
-  Flag* flag_;
+ private:
+  idle_wait_share flag_;
+
+ public:
   Handler handler_;
 
  private:
@@ -331,29 +332,29 @@ class basic_idle_timer {
   template <class Handler>
   void start(Handler&& handler) {
     check();
-    using op_type = detail::idle_wait_op<std::decay_t<Handler>, detail::idle_wait_flag>;
-    if (flag_) {
-      // The previous wait: aborted if still in the wheel, left to complete if settled.
-      service_->cancel(state_);
-      std::exchange(flag_, nullptr)->release();
-    }
-    detail::idle_wait_flag* flag = detail::make_idle_wait_flag(handler);
-    op_type op(flag, std::forward<Handler>(handler));
+    using op_type = detail::idle_wait_op<std::decay_t<Handler>>;
+    // The new wait's memory first: if any of it cannot be had, the pending wait stays as
+    // it was (the wheel aborts it only once the new wait's operation is made).
+    detail::idle_wait_share ours(detail::idle_wait_flag::make());  // the timer's share
+    op_type op(ours.get(), std::forward<Handler>(handler));        // and the wait's
     const clock_type::time_point now = clock_type::now();
     const clock_type::time_point deadline = state_.period_after(now);
     // The start counts as a touch; earlier touches do not. Written before the entry is
-    // filed, so the driver (under the lock) sees it.
+    // filed, so the driver (under the lock) sees it. If the filing throws, the pending
+    // wait keeps it as a touch: later, never earlier.
     state_.touched.store(detail::touch_epoch::exact_stamp(now), std::memory_order_relaxed);
     // Ours before the wait is filed: once it is, it may complete on another thread, whose
     // handler may start the next wait here, and nothing of *this may be written after.
-    flag_ = flag;
+    detail::idle_wait_flag* previous = std::exchange(flag_, ours.get());
     try {
-      service_->async_wait(state_, deadline, op, executor_.get(service_->executor()));
+      // The previous wait is aborted if still in the wheel, left to complete if settled.
+      service_->replace_waits(state_, deadline, op, executor_.get(service_->executor()));
     } catch (...) {
-      flag_ = nullptr;
-      flag->release();  // ours; the op's goes with it
-      throw;
+      flag_ = previous;
+      throw;  // `ours` lets go of the timer's share, the operation of its own
     }
+    ours.hand_over();
+    if (previous) previous->release();
   }
 
   static duration checked(duration period) {

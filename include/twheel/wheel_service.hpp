@@ -178,6 +178,13 @@ class wheel_service : public boost::asio::execution_context::service {
   void async_wait(detail::timer_state& timer, clock_type::time_point deadline,
                   Handler& handler, const IoExecutor& io_ex);
 
+  /// As async_wait(), but the wait takes the place of the waits `timer` has: they are
+  /// aborted once the new wait's memory is had, under the lock that files it. If the new
+  /// wait cannot be started (it throws), they stay pending (idle_timer's re-wait).
+  template <class Handler, class IoExecutor>
+  void replace_waits(detail::timer_state& timer, clock_type::time_point deadline,
+                     Handler& handler, const IoExecutor& io_ex);
+
   /// Aborts all / the first wait(s) of `timer`; returns how many. Also a timer's
   /// expires_*(): the entry keeps its place and the next wait files the new expiry.
   std::size_t cancel(detail::timer_state& timer);
@@ -297,9 +304,11 @@ class wheel_service : public boost::asio::execution_context::service {
   template <class Boxed, class Otherwise>
   void start_in_box(detail::timer_state& timer, clock_type::time_point deadline,
                     Boxed& handler, Otherwise&& otherwise);
+  // `replace`: the timer's waits are aborted first (replace_waits()).
   template <class Handler, class IoExecutor, class Slot>
   void start_allocated_wait(detail::timer_state& timer, clock_type::time_point deadline,
-                            Handler& handler, const IoExecutor& io_ex, Slot& slot);
+                            Handler& handler, const IoExecutor& io_ex, Slot& slot,
+                            bool replace = false);
   // The operation of a wait whose handler runs on `ex` (its associated executor).
   template <class Handler, class Executor>
   detail::wait_op* make_wait_op(Handler& handler, Executor&& ex);
@@ -315,7 +324,7 @@ class wheel_service : public boost::asio::execution_context::service {
   bool start_boxed_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                         detail::handler_box& handler);
   void start_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline,
-                  detail::wait_op* op, detail::wait_canceller* canceller);
+                  detail::wait_op* op, detail::wait_canceller* canceller, bool replace);
   void file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline);
   void file_op(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                detail::wait_op* op);

@@ -247,6 +247,15 @@ void wheel_service::async_wait(detail::timer_state& timer, clock_type::time_poin
   allocated(handler);
 }
 
+template <class Handler, class IoExecutor>
+void wheel_service::replace_waits(detail::timer_state& timer, clock_type::time_point deadline,
+                                  Handler& handler, const IoExecutor& io_ex) {
+  // Allocated: the box holds a timer's first wait, and the waits to replace are still
+  // there while the new one is made.
+  auto slot = boost::asio::get_associated_cancellation_slot(handler);
+  start_allocated_wait(timer, deadline, handler, io_ex, slot, true);
+}
+
 template <class Boxed, class Otherwise>
 void wheel_service::start_in_box(detail::timer_state& timer, clock_type::time_point deadline,
                                  Boxed& handler, Otherwise&& otherwise) {
@@ -267,7 +276,8 @@ void wheel_service::start_in_box(detail::timer_state& timer, clock_type::time_po
 template <class Handler, class IoExecutor, class Slot>
 void wheel_service::start_allocated_wait(detail::timer_state& timer,
                                          clock_type::time_point deadline, Handler& handler,
-                                         const IoExecutor& io_ex, Slot& slot) {
+                                         const IoExecutor& io_ex, Slot& slot,
+                                         bool replace) {
   // A handler without an executor of its own runs on the timer's: used as it is, not
   // copied (a copy of a strand is an atomic count on a line the threads share).
   detail::wait_op* op;
@@ -282,7 +292,7 @@ void wheel_service::start_allocated_wait(detail::timer_state& timer,
     if (slot.is_connected()) {
       canceller = &slot.template emplace<detail::wait_canceller>(this, &timer, op);
     }
-    start_wait(timer, wheel_time(deadline), op, canceller);
+    start_wait(timer, wheel_time(deadline), op, canceller, replace);
   } catch (...) {
     // Nothing was filed: unhook the slot (its handler still points at the op), then free.
     if (canceller) slot.clear();
