@@ -11,6 +11,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <twheel/beast/tcp_stream.hpp>
+#include <twheel/cancel_after.hpp>
 #include <twheel/steady_timer.hpp>
 #include <twheel/detail/completion_queue.hpp>
 #include <twheel/wheel_service.hpp>
@@ -637,6 +638,92 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(connect_forms, Stream, stream_types) {
       [&](error_code x, tcp::endpoint) { ee = x; });
   BOOST_REQUIRE(!run_ctx(ctx).timed_out);
   BOOST_TEST((ee == error_code(asio::error::not_found)));
+}
+
+// A connect condition may take what Asio hands it, a resolver entry, as well as an
+// endpoint.
+BOOST_AUTO_TEST_CASE_TEMPLATE(connect_condition_on_resolver_entries, Stream, stream_types) {
+  asio::io_context ctx;
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  const auto ep = acceptor.local_endpoint();
+  const auto results = tcp::resolver::results_type::create(ep, "localhost", "0");
+  using entry = tcp::resolver::results_type::value_type;
+  int asked = 0;
+  Stream s(ctx);
+  std::optional<error_code> got;
+  s.expires_after(5s);
+  s.async_connect(
+      results,
+      [&](const error_code&, const entry& e) {
+        ++asked;
+        return e.endpoint() == ep;
+      },
+      [&](error_code e, tcp::endpoint) { got = e; });
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
+  BOOST_TEST(!got.value_or(not_done));
+  BOOST_TEST(asked == 1);
+}
+
+// The blocking calls of Beast's stream: forwarded to the socket, no timeout. Beast's
+// synchronous algorithms (http::write, http::read) take the stream.
+BOOST_AUTO_TEST_CASE_TEMPLATE(blocking_calls, Stream, stream_types) {
+  asio::io_context ctx;
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  const auto ep = acceptor.local_endpoint();
+  const std::vector<tcp::endpoint> eps{ep};
+  {
+    Stream a(ctx), b(ctx), c(ctx), d(ctx);
+    error_code ec;
+    a.connect(ep);
+    BOOST_TEST((b.connect(eps) == ep));
+    BOOST_TEST((c.connect(eps.begin(), eps.end(), ec) == eps.begin()));
+    BOOST_TEST(!ec);
+    BOOST_TEST((d.connect(eps, [](const error_code&, const tcp::endpoint&) { return true; }, ec) ==
+                ep));
+    BOOST_TEST(!ec);
+    for (Stream* s : {&a, &b, &c, &d}) {
+      tcp::socket peer = acceptor.accept();
+      BOOST_TEST((peer.remote_endpoint() == s->socket().local_endpoint()));
+    }
+  }
+  Stream s(ctx);
+  s.connect(ep);
+  tcp::socket peer = acceptor.accept();
+  http::request<http::empty_body> req{http::verb::get, "/", 11};
+  http::write(s, req);
+  std::string seen(64, '\0');
+  seen.resize(peer.read_some(asio::buffer(seen)));
+  BOOST_TEST(seen.rfind("GET / HTTP/1.1\r\n", 0) == 0u);
+  const std::string reply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+  asio::write(peer, asio::buffer(reply));
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(s, buffer, res);
+  BOOST_TEST(res.body() == "ok");
+  BOOST_TEST(s.write_some(asio::buffer("x", 1)) == 1u);
+  char c = 0;
+  BOOST_TEST(peer.read_some(asio::buffer(&c, 1)) == 1u);
+  peer.close();
+  error_code ec;
+  s.read_some(asio::buffer(&c, 1), ec);
+  BOOST_TEST((ec == asio::error::eof));
+}
+
+// twheel::cancel_after finds the wheel through the stream's initiations (Beast's own
+// stream names no executor there, and cancel_after refuses it).
+BOOST_AUTO_TEST_CASE(twheel_cancel_after_on_the_streams_operations) {
+  asio::io_context ctx;
+  pair<twheel::beast::tcp_stream> p(ctx);  // a silent peer
+  p.client.expires_never();
+  char c;
+  result r;
+  const auto start = wall::now();
+  p.client.async_read_some(asio::buffer(&c, 1), twheel::cancel_after(30ms, r.handler()));
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST((r.ec == asio::error::operation_aborted));
+  BOOST_TEST((r.at - start >= 30ms));
+  BOOST_TEST(p.client.socket().is_open());  // a cancelled read, not the stream's timeout
 }
 
 // A listener with a full accept queue drops SYNs, so a connect to it hangs: the timeout

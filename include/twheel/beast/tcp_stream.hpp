@@ -33,6 +33,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -383,47 +384,57 @@ class basic_stream {
     pending_guard pg1_;
   };
 
-  struct run_read_op {
+  // The initiations name the stream's executor, as an I/O object's do: adapters that
+  // look for it (twheel::cancel_after, which finds its wheel there) see the socket's.
+  struct initiation {
+    using executor_type = Executor;
+    basic_stream* self;
+    executor_type get_executor() const noexcept { return self->impl_->socket.get_executor(); }
+  };
+
+  struct run_read_op : initiation {
     template <class ReadHandler, class Buffers>
-    void operator()(ReadHandler&& h, basic_stream* s, const Buffers& b) const {
-      transfer_op<true, Buffers, std::decay_t<ReadHandler>>(std::forward<ReadHandler>(h), *s, b);
+    void operator()(ReadHandler&& h, const Buffers& b) const {
+      transfer_op<true, Buffers, std::decay_t<ReadHandler>>(std::forward<ReadHandler>(h),
+                                                             *this->self, b);
     }
   };
 
-  struct run_write_op {
+  struct run_write_op : initiation {
     template <class WriteHandler, class Buffers>
-    void operator()(WriteHandler&& h, basic_stream* s, const Buffers& b) const {
-      transfer_op<false, Buffers, std::decay_t<WriteHandler>>(std::forward<WriteHandler>(h), *s,
-                                                              b);
+    void operator()(WriteHandler&& h, const Buffers& b) const {
+      transfer_op<false, Buffers, std::decay_t<WriteHandler>>(std::forward<WriteHandler>(h),
+                                                              *this->self, b);
     }
   };
 
-  struct run_connect_op {
+  struct run_connect_op : initiation {
     template <class ConnectHandler>
-    void operator()(ConnectHandler&& h, basic_stream* s, const endpoint_type& ep) const {
+    void operator()(ConnectHandler&& h, const endpoint_type& ep) const {
       connect_op<std::decay_t<ConnectHandler>>(
-          std::forward<ConnectHandler>(h), *s,
+          std::forward<ConnectHandler>(h), *this->self,
           [&ep](socket_type& socket, auto&& op) { socket.async_connect(ep, std::move(op)); });
     }
   };
 
-  struct run_connect_range_op {
+  struct run_connect_range_op : initiation {
     template <class RangeConnectHandler, class EndpointSequence, class Condition>
-    void operator()(RangeConnectHandler&& h, basic_stream* s, const EndpointSequence& eps,
+    void operator()(RangeConnectHandler&& h, const EndpointSequence& eps,
                     const Condition& cond) const {
       connect_op<std::decay_t<RangeConnectHandler>>(
-          std::forward<RangeConnectHandler>(h), *s, [&](socket_type& socket, auto&& op) {
+          std::forward<RangeConnectHandler>(h), *this->self, [&](socket_type& socket, auto&& op) {
             boost::asio::async_connect(socket, eps, cond, std::move(op));
           });
     }
   };
 
-  struct run_connect_iter_op {
+  struct run_connect_iter_op : initiation {
     template <class IteratorConnectHandler, class Iterator, class Condition>
-    void operator()(IteratorConnectHandler&& h, basic_stream* s, Iterator begin, Iterator end,
+    void operator()(IteratorConnectHandler&& h, Iterator begin, Iterator end,
                     const Condition& cond) const {
       connect_op<std::decay_t<IteratorConnectHandler>>(
-          std::forward<IteratorConnectHandler>(h), *s, [&](socket_type& socket, auto&& op) {
+          std::forward<IteratorConnectHandler>(h), *this->self,
+          [&](socket_type& socket, auto&& op) {
             boost::asio::async_connect(socket, begin, end, cond, std::move(op));
           });
     }
@@ -458,9 +469,10 @@ class basic_stream {
   explicit basic_stream(basic_stream<Protocol, Executor_>&& other)
       : impl_(std::make_shared<impl_type>(std::move(other.impl_->socket))) {}
 
-  /// Move constructor. The moved-from object is as if newly constructed (no socket
-  /// open). Operations pending on `other` stay with its old state, as in Beast: move a
-  /// stream only while none is pending.
+  /// Move constructor. The moved-from object has no socket open, and, as in Beast, an
+  /// expiry already passed (an operation started on it times out at once unless an
+  /// expires_*() comes first). Operations pending on `other` stay with its old state, as
+  /// in Beast: move a stream only while none is pending.
   basic_stream(basic_stream&& other)
       : impl_(std::make_shared<impl_type>(std::move(*other.impl_))) {}
 
@@ -524,8 +536,8 @@ class basic_stream {
   auto async_connect(const endpoint_type& ep,
                      ConnectHandler&& handler =
                          boost::asio::default_completion_token_t<executor_type>{}) {
-    return boost::asio::async_initiate<ConnectHandler, void(error_code)>(run_connect_op{},
-                                                                         handler, this, ep);
+    return boost::asio::async_initiate<ConnectHandler, void(error_code)>(run_connect_op{{this}},
+                                                                         handler, ep);
   }
 
   /// Connects to the first endpoint of `endpoints` that accepts, as
@@ -541,16 +553,22 @@ class basic_stream {
                          boost::asio::default_completion_token_t<executor_type>{}) {
     return boost::asio::async_initiate<RangeConnectHandler,
                                        void(error_code, typename Protocol::endpoint)>(
-        run_connect_range_op{}, handler, this, endpoints, any_endpoint{});
+        run_connect_range_op{{this}}, handler, endpoints, any_endpoint{});
   }
 
-  // A connect condition answers bool(error_code, endpoint). Said explicitly because from
-  // Asio 1.32 the default completion token is `deferred`: a handler passed where the
-  // condition goes would otherwise make async_connect(endpoints, handler) ambiguous.
-  template <class ConnectCondition>
+  // A connect condition, as Asio calls it for the endpoints of `Iterator`: bool(error_code,
+  // *iterator) (an endpoint, or a resolver entry), or the legacy Iterator(error_code,
+  // Iterator) where Asio still takes it. Said explicitly because from Asio 1.32 the
+  // default completion token is `deferred`: a handler passed where the condition goes
+  // would otherwise make async_connect(endpoints, handler) ambiguous. A completion
+  // handler returns void, so it is never taken for a condition.
+  template <class ConnectCondition, class Iterator>
   static constexpr bool is_connect_condition =
       std::is_invocable_r_v<bool, ConnectCondition&, const error_code&,
-                            const typename Protocol::endpoint&>;
+                            decltype(*std::declval<const Iterator&>())> ||
+      std::is_invocable_r_v<Iterator, ConnectCondition&, const error_code&, Iterator>;
+  template <class EndpointSequence>
+  using iterator_of = decltype(std::begin(std::declval<const EndpointSequence&>()));
 
   /// Connects to the first endpoint of `endpoints` that passes `connect_condition` and
   /// accepts, within one timeout.
@@ -560,14 +578,15 @@ class basic_stream {
   template <class EndpointSequence, class ConnectCondition,
             class RangeConnectHandler = boost::asio::default_completion_token_t<executor_type>,
             std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value &&
-                                 is_connect_condition<ConnectCondition>,
+                                 is_connect_condition<ConnectCondition,
+                                                      iterator_of<EndpointSequence>>,
                              int> = 0>
   auto async_connect(const EndpointSequence& endpoints, ConnectCondition connect_condition,
                      RangeConnectHandler&& handler =
                          boost::asio::default_completion_token_t<executor_type>{}) {
     return boost::asio::async_initiate<RangeConnectHandler,
                                        void(error_code, typename Protocol::endpoint)>(
-        run_connect_range_op{}, handler, this, endpoints, connect_condition);
+        run_connect_range_op{{this}}, handler, endpoints, connect_condition);
   }
 
   /// Connects to the first endpoint in [begin, end) that accepts, within one timeout.
@@ -581,7 +600,7 @@ class basic_stream {
                      IteratorConnectHandler&& handler =
                          boost::asio::default_completion_token_t<executor_type>{}) {
     return boost::asio::async_initiate<IteratorConnectHandler, void(error_code, Iterator)>(
-        run_connect_iter_op{}, handler, this, begin, end, any_endpoint{});
+        run_connect_iter_op{{this}}, handler, begin, end, any_endpoint{});
   }
 
   /// Connects to the first endpoint in [begin, end) that passes `connect_condition` and
@@ -592,13 +611,13 @@ class basic_stream {
   template <class Iterator, class ConnectCondition,
             class IteratorConnectHandler = boost::asio::default_completion_token_t<executor_type>,
             std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value &&
-                                 is_connect_condition<ConnectCondition>,
+                                 is_connect_condition<ConnectCondition, Iterator>,
                              int> = 0>
   auto async_connect(Iterator begin, Iterator end, ConnectCondition connect_condition,
                      IteratorConnectHandler&& handler =
                          boost::asio::default_completion_token_t<executor_type>{}) {
     return boost::asio::async_initiate<IteratorConnectHandler, void(error_code, Iterator)>(
-        run_connect_iter_op{}, handler, this, begin, end, connect_condition);
+        run_connect_iter_op{{this}}, handler, begin, end, connect_condition);
   }
 
   /// Reads some data, with the read direction's timeout.
@@ -617,7 +636,7 @@ class basic_stream {
     static_assert(boost::asio::is_mutable_buffer_sequence<MutableBufferSequence>::value,
                   "MutableBufferSequence type requirements not met");
     return boost::asio::async_initiate<ReadHandler, void(error_code, std::size_t)>(
-        run_read_op{}, handler, this, buffers);
+        run_read_op{{this}}, handler, buffers);
   }
 
   /// Writes some data, with the write direction's timeout.
@@ -636,7 +655,125 @@ class basic_stream {
     static_assert(boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value,
                   "ConstBufferSequence type requirements not met");
     return boost::asio::async_initiate<WriteHandler, void(error_code, std::size_t)>(
-        run_write_op{}, handler, this, buffers);
+        run_write_op{{this}}, handler, buffers);
+  }
+
+  // ---- blocking calls, as in Beast: forwarded to the socket, with no timeout ----------
+
+  /// Connects the socket to `ep`, blocking, with no timeout (as Beast's).
+  ///
+  /// @throws boost::system::system_error on failure.
+  void connect(const endpoint_type& ep) { socket().connect(ep); }
+  /// Connects the socket to `ep`, blocking, with no timeout; the error goes to `ec`.
+  void connect(const endpoint_type& ep, error_code& ec) { socket().connect(ep, ec); }
+
+  /// Connects to the first endpoint of `endpoints` that accepts, blocking, with no timeout
+  /// (boost::asio::connect); returns it.
+  ///
+  /// @throws boost::system::system_error on failure.
+  template <class EndpointSequence,
+            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value, int> = 0>
+  typename Protocol::endpoint connect(const EndpointSequence& endpoints) {
+    return boost::asio::connect(socket(), endpoints);
+  }
+  /// As connect(endpoints), the error going to `ec`.
+  template <class EndpointSequence,
+            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value, int> = 0>
+  typename Protocol::endpoint connect(const EndpointSequence& endpoints, error_code& ec) {
+    return boost::asio::connect(socket(), endpoints, ec);
+  }
+  /// Connects to the first endpoint of `endpoints` that passes `connect_condition` and
+  /// accepts, blocking, with no timeout; returns it.
+  ///
+  /// @throws boost::system::system_error on failure.
+  template <class EndpointSequence, class ConnectCondition,
+            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value &&
+                                 is_connect_condition<ConnectCondition,
+                                                      iterator_of<EndpointSequence>>,
+                             int> = 0>
+  typename Protocol::endpoint connect(const EndpointSequence& endpoints,
+                                      ConnectCondition connect_condition) {
+    return boost::asio::connect(socket(), endpoints, connect_condition);
+  }
+  /// As connect(endpoints, connect_condition), the error going to `ec`.
+  template <class EndpointSequence, class ConnectCondition,
+            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value &&
+                                 is_connect_condition<ConnectCondition,
+                                                      iterator_of<EndpointSequence>>,
+                             int> = 0>
+  typename Protocol::endpoint connect(const EndpointSequence& endpoints,
+                                      ConnectCondition connect_condition, error_code& ec) {
+    return boost::asio::connect(socket(), endpoints, connect_condition, ec);
+  }
+
+  /// Connects to the first endpoint in [begin, end) that accepts, blocking, with no
+  /// timeout; returns its iterator.
+  ///
+  /// @throws boost::system::system_error on failure.
+  template <class Iterator,
+            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value, int> = 0>
+  Iterator connect(Iterator begin, Iterator end) {
+    return boost::asio::connect(socket(), begin, end);
+  }
+  /// As connect(begin, end), the error going to `ec`.
+  template <class Iterator,
+            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value, int> = 0>
+  Iterator connect(Iterator begin, Iterator end, error_code& ec) {
+    return boost::asio::connect(socket(), begin, end, ec);
+  }
+  /// Connects to the first endpoint in [begin, end) that passes `connect_condition` and
+  /// accepts, blocking, with no timeout; returns its iterator.
+  ///
+  /// @throws boost::system::system_error on failure.
+  template <class Iterator, class ConnectCondition,
+            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value &&
+                                 is_connect_condition<ConnectCondition, Iterator>,
+                             int> = 0>
+  Iterator connect(Iterator begin, Iterator end, ConnectCondition connect_condition) {
+    return boost::asio::connect(socket(), begin, end, connect_condition);
+  }
+  /// As connect(begin, end, connect_condition), the error going to `ec`.
+  template <class Iterator, class ConnectCondition,
+            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value &&
+                                 is_connect_condition<ConnectCondition, Iterator>,
+                             int> = 0>
+  Iterator connect(Iterator begin, Iterator end, ConnectCondition connect_condition,
+                   error_code& ec) {
+    return boost::asio::connect(socket(), begin, end, connect_condition, ec);
+  }
+
+  /// Reads some data, blocking, with no timeout (as Beast's).
+  ///
+  /// @throws boost::system::system_error on failure.
+  template <class MutableBufferSequence>
+  std::size_t read_some(const MutableBufferSequence& buffers) {
+    static_assert(boost::asio::is_mutable_buffer_sequence<MutableBufferSequence>::value,
+                  "MutableBufferSequence type requirements not met");
+    return impl_->socket.read_some(buffers);
+  }
+  /// Reads some data, blocking, with no timeout; the error goes to `ec`.
+  template <class MutableBufferSequence>
+  std::size_t read_some(const MutableBufferSequence& buffers, error_code& ec) {
+    static_assert(boost::asio::is_mutable_buffer_sequence<MutableBufferSequence>::value,
+                  "MutableBufferSequence type requirements not met");
+    return impl_->socket.read_some(buffers, ec);
+  }
+
+  /// Writes some data, blocking, with no timeout (as Beast's).
+  ///
+  /// @throws boost::system::system_error on failure.
+  template <class ConstBufferSequence>
+  std::size_t write_some(const ConstBufferSequence& buffers) {
+    static_assert(boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value,
+                  "ConstBufferSequence type requirements not met");
+    return impl_->socket.write_some(buffers);
+  }
+  /// Writes some data, blocking, with no timeout; the error goes to `ec`.
+  template <class ConstBufferSequence>
+  std::size_t write_some(const ConstBufferSequence& buffers, error_code& ec) {
+    static_assert(boost::asio::is_const_buffer_sequence<ConstBufferSequence>::value,
+                  "ConstBufferSequence type requirements not met");
+    return impl_->socket.write_some(buffers, ec);
   }
 
  private:
