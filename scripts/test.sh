@@ -3,7 +3,8 @@
 # Usage: scripts/test.sh [build-dir] [extra cmake args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh wrk apache2-utils  # wrk and ab drive the HTTP server example
+# wrk and ab drive the HTTP server example; OpenSSL is for beast_tcp_stream_test's TLS cases.
+scripts/deps.sh wrk apache2-utils libssl-dev
 build=${1:-build}
 shift || true
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTWHEEL_WERROR=ON "$@" >/dev/null

@@ -20,6 +20,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#if TWHEEL_TEST_TLS
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
+#endif
 #include <boost/mpl/list.hpp>
 
 #include <atomic>
@@ -896,6 +900,108 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(websocket_handshake_with_timeout, Stream, stream_t
     BOOST_TEST(!beast::get_lowest_layer(client).socket().is_open());
   }
 }
+
+#if TWHEEL_TEST_TLS
+// ---------------------------------------------------------------------------------------
+// TLS: boost::beast::ssl_stream over the stream (built where OpenSSL is found)
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+// A self-signed test certificate (P-256, valid until 2126) and its key, for the loopback
+// server only; nothing verifies it.
+constexpr char test_certificate[] = R"(-----BEGIN CERTIFICATE-----
+MIIBgjCCASmgAwIBAgIUeTKTG0gGCAR26tdtlkXobSfKx14wCgYIKoZIzj0EAwIw
+FjEUMBIGA1UEAwwLdHdoZWVsIHRlc3QwIBcNMjYxMTI5MDUzODQ2WhgPMjEyNjEx
+MDUwNTM4NDZaMBYxFDASBgNVBAMMC3R3aGVlbCB0ZXN0MFkwEwYHKoZIzj0CAQYI
+KoZIzj0DAQcDQgAElC4ZdOASeZbKTu6wDFzzbo4+t3RArsMmjGKb99gEPFowg5Km
+3F9ZM0RoH9XDwZcYeSoawqPG1+d2uO0tmkSkd6NTMFEwHQYDVR0OBBYEFI0WJmEJ
+zhoZGY+D3TEeTCHBemXQMB8GA1UdIwQYMBaAFI0WJmEJzhoZGY+D3TEeTCHBemXQ
+MA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwIDRwAwRAIgRnVDWWhSl3WUMLEQ
+BrdDip2ejVa1mK39rC81CTwXxYACIBmxXi/oUrWKVtBflgleXXm7LM+01sbYQgGG
+iuX+CTmb
+-----END CERTIFICATE-----
+)";
+constexpr char test_key[] = R"(-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgCMQ6cGenJP9xYTpR
+eEk+zmMU261fTGY/BVaCWioxx4mhRANCAASULhl04BJ5lspO7rAMXPNujj63dECu
+wyaMYpv32AQ8WjCDkqbcX1kzRGgf1cPBlxh5KhrCo8bX53a47S2aRKR3
+-----END PRIVATE KEY-----
+)";
+
+asio::ssl::context server_tls() {
+  asio::ssl::context tls(asio::ssl::context::tls_server);
+  tls.use_certificate(asio::buffer(test_certificate, sizeof test_certificate - 1),
+                      asio::ssl::context::pem);
+  tls.use_private_key(asio::buffer(test_key, sizeof test_key - 1), asio::ssl::context::pem);
+  return tls;
+}
+
+asio::ssl::context client_tls() {
+  asio::ssl::context tls(asio::ssl::context::tls_client);
+  tls.set_verify_mode(asio::ssl::verify_none);
+  return tls;
+}
+
+}  // namespace
+
+// A handshake and a message each way over TLS, every step with its timeout.
+BOOST_AUTO_TEST_CASE_TEMPLATE(tls_handshake_and_messages, Stream, stream_types) {
+  asio::io_context ctx;
+  auto server_ctx = server_tls();
+  auto client_ctx = client_tls();
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  beast::ssl_stream<Stream> client(ctx, client_ctx);
+  beast::get_lowest_layer(client).connect(acceptor.local_endpoint());
+  beast::ssl_stream<Stream> server(acceptor.accept(), server_ctx);
+  beast::get_lowest_layer(client).expires_after(5s);
+  beast::get_lowest_layer(server).expires_after(5s);
+  std::optional<error_code> client_hs, server_hs, wrote, read;
+  std::string got(4, '\0');
+  client.async_handshake(asio::ssl::stream_base::client, [&](error_code e) {
+    client_hs = e;
+    if (!e) {
+      asio::async_write(client, asio::buffer("ping", 4),
+                        [&](error_code w, std::size_t) { wrote = w; });
+    }
+  });
+  server.async_handshake(asio::ssl::stream_base::server, [&](error_code e) {
+    server_hs = e;
+    if (!e) {
+      asio::async_read(server, asio::buffer(got), [&](error_code r, std::size_t) { read = r; });
+    }
+  });
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
+  BOOST_TEST(!client_hs.value_or(not_done));
+  BOOST_TEST(!server_hs.value_or(not_done));
+  BOOST_TEST(!wrote.value_or(not_done));
+  BOOST_TEST(!read.value_or(not_done));
+  BOOST_TEST(got == "ping");
+}
+
+// A client that connects and never speaks: the server's handshake times out with
+// beast::error::timeout and its socket is closed, as for a plain read.
+BOOST_AUTO_TEST_CASE_TEMPLATE(tls_handshake_timeout, Stream, stream_types) {
+  asio::io_context ctx;
+  auto server_ctx = server_tls();
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  tcp::socket silent(ctx);
+  silent.connect(acceptor.local_endpoint());
+  beast::ssl_stream<Stream> server(acceptor.accept(), server_ctx);
+  beast::get_lowest_layer(server).expires_after(50ms);
+  std::optional<error_code> hs;
+  const auto start = wall::now();
+  wall::time_point at{};
+  server.async_handshake(asio::ssl::stream_base::server, [&](error_code e) {
+    hs = e;
+    at = wall::now();
+  });
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
+  BOOST_TEST((hs == error_code(beast::error::timeout)));
+  BOOST_TEST((at - start >= 50ms));
+  BOOST_TEST(!beast::get_lowest_layer(server).socket().is_open());
+}
+#endif  // TWHEEL_TEST_TLS
 
 // ---------------------------------------------------------------------------------------
 // twheel only: where the timeouts live and what they cost

@@ -38,6 +38,11 @@
 #include <type_traits>
 #include <utility>
 
+namespace boost::asio::ssl {
+template <typename Stream>
+class stream;
+}  // namespace boost::asio::ssl
+
 namespace twheel::beast {
 namespace detail {
 
@@ -450,6 +455,15 @@ class basic_stream {
   template <class P, class E>
   friend class basic_stream;
 
+  // boost::asio::ssl::stream (and boost::beast::ssl_stream over it) reaches the socket
+  // through these, as Beast's stream lets it (deprecated there, kept for TLS): private,
+  // so that nothing else bypasses the timeouts.
+  template <typename>
+  friend class boost::asio::ssl::stream;
+  using lowest_layer_type = socket_type;
+  lowest_layer_type& lowest_layer() noexcept { return impl_->socket; }
+  const lowest_layer_type& lowest_layer() const noexcept { return impl_->socket; }
+
   std::shared_ptr<impl_type> impl_;
 
  public:
@@ -667,79 +681,18 @@ class basic_stream {
   /// Connects the socket to `ep`, blocking, with no timeout; the error goes to `ec`.
   void connect(const endpoint_type& ep, error_code& ec) { socket().connect(ep, ec); }
 
-  /// Connects to the first endpoint of `endpoints` that accepts, blocking, with no timeout
-  /// (boost::asio::connect); returns it.
+  /// Every other form of boost::asio::connect, blocking, with no timeout (as Beast's):
+  /// an endpoint sequence or [begin, end), with or without a connect condition, with or
+  /// without an error_code&. Returns what boost::asio::connect returns (the endpoint, or
+  /// the iterator, connected to).
   ///
-  /// @throws boost::system::system_error on failure.
-  template <class EndpointSequence,
-            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value, int> = 0>
-  typename Protocol::endpoint connect(const EndpointSequence& endpoints) {
-    return boost::asio::connect(socket(), endpoints);
-  }
-  /// As connect(endpoints), the error going to `ec`.
-  template <class EndpointSequence,
-            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value, int> = 0>
-  typename Protocol::endpoint connect(const EndpointSequence& endpoints, error_code& ec) {
-    return boost::asio::connect(socket(), endpoints, ec);
-  }
-  /// Connects to the first endpoint of `endpoints` that passes `connect_condition` and
-  /// accepts, blocking, with no timeout; returns it.
-  ///
-  /// @throws boost::system::system_error on failure.
-  template <class EndpointSequence, class ConnectCondition,
-            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value &&
-                                 is_connect_condition<ConnectCondition,
-                                                      iterator_of<EndpointSequence>>,
-                             int> = 0>
-  typename Protocol::endpoint connect(const EndpointSequence& endpoints,
-                                      ConnectCondition connect_condition) {
-    return boost::asio::connect(socket(), endpoints, connect_condition);
-  }
-  /// As connect(endpoints, connect_condition), the error going to `ec`.
-  template <class EndpointSequence, class ConnectCondition,
-            std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value &&
-                                 is_connect_condition<ConnectCondition,
-                                                      iterator_of<EndpointSequence>>,
-                             int> = 0>
-  typename Protocol::endpoint connect(const EndpointSequence& endpoints,
-                                      ConnectCondition connect_condition, error_code& ec) {
-    return boost::asio::connect(socket(), endpoints, connect_condition, ec);
-  }
-
-  /// Connects to the first endpoint in [begin, end) that accepts, blocking, with no
-  /// timeout; returns its iterator.
-  ///
-  /// @throws boost::system::system_error on failure.
-  template <class Iterator,
-            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value, int> = 0>
-  Iterator connect(Iterator begin, Iterator end) {
-    return boost::asio::connect(socket(), begin, end);
-  }
-  /// As connect(begin, end), the error going to `ec`.
-  template <class Iterator,
-            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value, int> = 0>
-  Iterator connect(Iterator begin, Iterator end, error_code& ec) {
-    return boost::asio::connect(socket(), begin, end, ec);
-  }
-  /// Connects to the first endpoint in [begin, end) that passes `connect_condition` and
-  /// accepts, blocking, with no timeout; returns its iterator.
-  ///
-  /// @throws boost::system::system_error on failure.
-  template <class Iterator, class ConnectCondition,
-            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value &&
-                                 is_connect_condition<ConnectCondition, Iterator>,
-                             int> = 0>
-  Iterator connect(Iterator begin, Iterator end, ConnectCondition connect_condition) {
-    return boost::asio::connect(socket(), begin, end, connect_condition);
-  }
-  /// As connect(begin, end, connect_condition), the error going to `ec`.
-  template <class Iterator, class ConnectCondition,
-            std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value &&
-                                 is_connect_condition<ConnectCondition, Iterator>,
-                             int> = 0>
-  Iterator connect(Iterator begin, Iterator end, ConnectCondition connect_condition,
-                   error_code& ec) {
-    return boost::asio::connect(socket(), begin, end, connect_condition, ec);
+  /// @throws boost::system::system_error on failure, in the forms without an error_code&.
+  template <class First, class... Rest,
+            std::enable_if_t<!std::is_convertible_v<const First&, const endpoint_type&>, int> = 0>
+  auto connect(const First& first, Rest&&... rest)
+      -> decltype(boost::asio::connect(std::declval<socket_type&>(), first,
+                                       std::forward<Rest>(rest)...)) {
+    return boost::asio::connect(socket(), first, std::forward<Rest>(rest)...);
   }
 
   /// Reads some data, blocking, with no timeout (as Beast's).
