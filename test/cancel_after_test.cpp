@@ -1355,7 +1355,9 @@ struct initiate_listening_op {
       log->at.push_back(&slot.template emplace<counted_listener>(log));
     }
     auto h = std::make_shared<std::decay_t<Handler>>(std::forward<Handler>(handler));
-    completions->push_back([h, ex = ex] { asio::post(ex, [h] { (*h)(error_code()); }); });
+    completions->push_back([h, ex = ex] {
+      asio::post(asio::get_associated_executor(*h, ex), [h] { (*h)(error_code()); });
+    });
   }
 };
 
@@ -1417,6 +1419,119 @@ BOOST_AUTO_TEST_CASE(a_recycled_state_block_keeps_the_listeners_memory) {
   BOOST_TEST(log.alive == 0);
 }
 
+// The timeout fires while the operation's own completion is already queued on the
+// handler's executor (another context here), so its emission is queued behind it. Asio
+// lets a handler end its allocator's memory once it is called, so the state (from that
+// allocator) must be freed before the upcall: the upcall waits for the emission, as in
+// Asio's own cancel_after. The emission then finds the operation done and emits nothing.
+BOOST_AUTO_TEST_CASE(the_state_is_freed_before_the_upcall_when_the_timeout_fired_behind_it) {
+  alloc_counters mem;
+  listener_log log;
+  std::vector<std::function<void()>> completions;
+  int calls = 0;
+  std::size_t outstanding_at_upcall = 99;
+  {
+    asio::io_context handler_ctx;
+    asio::io_context ctx;
+    async_listening_op(
+        ctx, &log, completions,
+        twheel::cancel_after(1ms, asio::bind_executor(
+                                      handler_ctx, asio::bind_allocator(
+                                                       counting_allocator<void>(&mem),
+                                                       [&](error_code ec) {
+                                                         ++calls;
+                                                         outstanding_at_upcall = mem.outstanding();
+                                                         BOOST_TEST(!ec);
+                                                       }))));
+    BOOST_TEST(mem.outstanding() == 1u);  // the state
+    completions[0]();                     // the completion, queued in handler_ctx
+    BOOST_TEST_REQUIRE(run_until(ctx, [&] { return twheel::stats(ctx).fired == 1u; }));
+    BOOST_TEST(calls == 0);
+    handler_ctx.run();
+    BOOST_TEST(calls == 1);
+    BOOST_TEST(outstanding_at_upcall == 0u);
+    BOOST_TEST(mem.outstanding() == 0u);
+    BOOST_TEST(log.cancelled == 0);
+    BOOST_TEST(log.alive == 0);
+  }
+  BOOST_TEST(calls == 1);
+}
+
+// The same when the wheel still holds the timeout's record (settled in a pass, not yet
+// run) as the handler runs: the handler is held, and the record, run in the wheel's
+// context, posts the upcall to the handler's context rather than make it there.
+BOOST_AUTO_TEST_CASE(an_upcall_held_for_the_timeouts_record_is_posted_to_the_handlers_executor) {
+  alloc_counters mem;
+  std::vector<std::function<void()>> completions;
+  int calls = 0;
+  std::size_t outstanding_at_upcall = 99;
+  bool on_handler_ctx = false;
+  asio::io_context handler_ctx;
+  asio::io_context ctx;
+  // Filed first, due with the timeout: the pass runs its handler and queues the
+  // timeout's record.
+  twheel::steady_timer first(ctx);
+  const auto due = std::chrono::steady_clock::now() + 1ms;  // the same for both
+  first.expires_at(due);
+  bool first_ran = false;
+  first.async_wait([&](error_code) { first_ran = true; });
+  async_listening_op(
+      ctx, nullptr, completions,
+      twheel::cancel_at(due, asio::bind_executor(
+                                       handler_ctx,
+                                       asio::bind_allocator(counting_allocator<void>(&mem),
+                                                            [&](error_code ec) {
+                                                              ++calls;
+                                                              outstanding_at_upcall =
+                                                                  mem.outstanding();
+                                                              on_handler_ctx =
+                                                                  handler_ctx.get_executor()
+                                                                      .running_in_this_thread();
+                                                              BOOST_TEST(!ec);
+                                                            }))));
+  std::this_thread::sleep_for(5ms);  // both due
+  BOOST_TEST_REQUIRE(run_until(ctx, [&] { return first_ran; }));
+  BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 2u);
+  completions[0]();
+  BOOST_TEST(handler_ctx.run_one() == 1u);  // the completion: held
+  BOOST_TEST(calls == 0);
+  ctx.run();  // the record: posts the upcall
+  BOOST_TEST(calls == 0);
+  handler_ctx.restart();
+  handler_ctx.run();
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(on_handler_ctx);
+  BOOST_TEST(outstanding_at_upcall == 0u);
+  BOOST_TEST(mem.outstanding() == 0u);
+}
+
+// The same, with the handler's context destroyed before it runs the completion: the
+// handler (held until the emission) is destroyed, never called, and everything is freed.
+BOOST_AUTO_TEST_CASE(a_held_upcall_is_destroyed_with_its_context) {
+  alloc_counters mem;
+  std::vector<std::function<void()>> completions;
+  int calls = 0;
+  {
+    asio::io_context ctx;
+    {
+      asio::io_context handler_ctx;
+      async_listening_op(
+          ctx, nullptr, completions,
+          twheel::cancel_after(1ms, asio::bind_executor(
+                                        handler_ctx,
+                                        asio::bind_allocator(counting_allocator<void>(&mem),
+                                                             [&](error_code) { ++calls; }))));
+      completions[0]();
+      BOOST_TEST_REQUIRE(run_until(ctx, [&] { return twheel::stats(ctx).fired == 1u; }));
+      handler_ctx.run_one();  // the completion: held, waiting for the emission
+      BOOST_TEST(calls == 0);
+      completions.clear();
+    }
+  }
+  BOOST_TEST(calls == 0);
+  BOOST_TEST(mem.outstanding() == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------
@@ -1466,9 +1581,58 @@ BOOST_AUTO_TEST_CASE(multithreaded_context_with_strands) {
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }
 
+// Reads on a context run by two threads, handlers on strands, each read with an allocator
+// of its own and a timeout due when its data arrives, so that the timeout, its emission
+// and the completion meet in every order. Whatever the order, a handler must find all of
+// its allocator's memory freed when it is called. Run under TSan too.
+BOOST_AUTO_TEST_CASE(timeouts_racing_completions_free_the_state_before_the_upcall) {
+  constexpr std::size_t n = 300;
+  asio::io_context ctx(2);
+  loopback lb(ctx);
+  std::vector<socket_pair> pairs;
+  for (std::size_t i = 0; i < n; ++i) pairs.push_back(lb.connect());
+  std::vector<asio::strand<asio::io_context::executor_type>> strands;
+  for (std::size_t i = 0; i < n; ++i) strands.push_back(asio::make_strand(ctx));
+  std::vector<alloc_counters> mems(n);
+  std::vector<std::array<char, 4>> bufs(n);
+  std::atomic<int> calls{0};
+  std::atomic<int> held_memory{0};  // upcalls that found their allocator's memory in use
+  std::vector<std::unique_ptr<asio::steady_timer>> writers;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto due = std::chrono::microseconds(2000 + 10 * (i % 100));
+    pairs[i].server.async_read_some(
+        asio::buffer(bufs[i]),
+        twheel::cancel_after(due, asio::bind_executor(
+                                      strands[i],
+                                      asio::bind_allocator(counting_allocator<void>(&mems[i]),
+                                                           [&, i](error_code, std::size_t) {
+                                                             if (mems[i].outstanding() != 0) {
+                                                               held_memory.fetch_add(1);
+                                                             }
+                                                             calls.fetch_add(1);
+                                                           }))));
+    // From 100 us before the timeout to 100 us after it.
+    const auto write_at = due + std::chrono::microseconds(20 * static_cast<int>(i % 11) - 100);
+    writers.push_back(std::make_unique<asio::steady_timer>(ctx, write_at));
+    writers.back()->async_wait([&, i](error_code) { write_byte(pairs[i].client); });
+  }
+  std::thread other([&] { ctx.run(); });
+  const auto r = run_ctx(ctx, 20s);
+  other.join();
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(calls.load() == static_cast<int>(n));
+  BOOST_TEST(held_memory.load() == 0);
+  std::size_t leaked = 0;
+  for (auto& m : mems) leaked += m.outstanding();
+  BOOST_TEST(leaked == 0u);
+  BOOST_TEST(twheel::stats(ctx).pending == 0u);
+}
+
 // Reads initiated on the test thread while two other threads run the context, each
 // completing at once (data already there), so that the completion races with the filing
-// of the timeout inside the initiation. Every state must be freed exactly once.
+// of the timeout inside the initiation. Every state must be freed exactly once, and
+// before its upcall (an upcall that finds the initiating call still holding the state is
+// held, and posted when that call lets go).
 BOOST_AUTO_TEST_CASE(completion_racing_the_initiation) {
   alloc_counters mem;
   counting_allocator<void> alloc(&mem);
@@ -1481,6 +1645,7 @@ BOOST_AUTO_TEST_CASE(completion_racing_the_initiation) {
   std::thread t2([&] { ctx.run(); });
   std::atomic<int> done{0};
   std::atomic<int> bad{0};
+  std::atomic<int> held_memory{0};
   constexpr int rounds = 3000;
   for (int i = 0; i < rounds; ++i) {
     write_byte(p.client);
@@ -1488,6 +1653,9 @@ BOOST_AUTO_TEST_CASE(completion_racing_the_initiation) {
         asio::buffer(buf),
         twheel::cancel_after(10s, asio::bind_allocator(alloc, [&](error_code ec, std::size_t n) {
                                if (ec || n != 1) bad.fetch_add(1);
+                               // Nothing else of the allocator's is live: the state and
+                               // the read were freed before the upcall.
+                               if (mem.outstanding() != 0) held_memory.fetch_add(1);
                                done.fetch_add(1, std::memory_order_release);
                              })));
     while (done.load(std::memory_order_acquire) != i + 1) std::this_thread::yield();
@@ -1497,6 +1665,7 @@ BOOST_AUTO_TEST_CASE(completion_racing_the_initiation) {
   t2.join();
   BOOST_TEST(done.load() == rounds);
   BOOST_TEST(bad.load() == 0);
+  BOOST_TEST(held_memory.load() == 0);
   BOOST_TEST(mem.outstanding() == 0u);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
 }

@@ -45,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -674,6 +675,181 @@ BOOST_AUTO_TEST_CASE(cancel_after_on_a_strand) {
       FI_CHECK(l.state[id] != 100);  // resolved twice
       watchdog.finish();
     }
+  });
+}
+
+// A read whose handler has an allocator of its own and runs on another context, with its
+// data there and its timeout due before either context runs: the read's completion and
+// the timeout's emission are both queued to the handler's context, and the upcall may be
+// held in the timeout's state until the emission has run (cancel_after_state::
+// hold_upcall). Holding it and posting it allocate; if they cannot, the upcall is made
+// at once, or in place, never lost. Asio's own dispatch of the read's completion to the
+// other context may fail too and destroy the handler (ledger::on_strand). Single failures
+// only, as above: a burst would fail the emission's retries for ever.
+BOOST_AUTO_TEST_CASE(cancel_after_held_upcall) {
+  for_every_single_failure([](long n) {
+    ledger l;
+    {
+      asio::io_context handler_ctx;
+      asio::io_context ctx;
+      loopback lb(ctx);
+      socket_pair pair = lb.connect();
+      std::array<char, 16> buf{};
+      (void)twheel::stats(ctx);
+      int id = -1;
+      {
+        fault_scope armed(n);
+        id = start_op(ctx, l, [&](int i) {
+          pair.server.async_read_some(
+              asio::buffer(buf),
+              twheel::cancel_after(1ms, asio::bind_executor(handler_ctx, big_handler(l, i))));
+        });
+        {
+          pause_faults p;
+          l.on_strand[id] = true;
+          asio::write(pair.client, asio::buffer("x", 1));
+          std::this_thread::sleep_for(3ms);
+        }
+        // The wheel's context first, until the timeout fired: the read's completion is
+        // then queued ahead of the emission.
+        for (int i = 0; i < 200 && twheel::stats(ctx).fired == 0; ++i) {
+          try {
+            ctx.restart();
+            ctx.poll();
+          } catch (const std::bad_alloc&) {
+            end_burst();
+          }
+          if (twheel::stats(ctx).fired == 0) {
+            pause_faults p;
+            std::this_thread::sleep_for(1ms);
+          }
+        }
+        for (int i = 0; i < 200 && l.state[id] == alive; ++i) {
+          try {
+            ctx.restart();
+            ctx.poll();
+          } catch (const std::bad_alloc&) {
+            end_burst();
+          }
+          try {
+            handler_ctx.restart();
+            handler_ctx.poll();
+          } catch (const std::bad_alloc&) {
+            end_burst();
+          }
+          if (l.state[id] == alive) {
+            pause_faults p;
+            std::this_thread::sleep_for(1ms);
+          }
+        }
+        armed.disarm();
+      }
+      FI_CHECK(l.state[id] != alive);
+      FI_CHECK(l.state[id] != 100);  // resolved twice
+      ctx.restart();
+      ctx.run();
+      handler_ctx.restart();
+      handler_ctx.run();
+      FI_CHECK(twheel::stats(ctx).pending == 0);
+    }
+    check_ledger(l);
+  });
+}
+
+namespace {
+
+// An operation on `ex`'s context (where cancel_after finds its wheel) that completes,
+// through `handler_ctx`, when the test calls what it left in `completions`.
+struct held_op_initiation {
+  asio::io_context::executor_type ex;
+  asio::io_context* handler_ctx;
+  std::vector<std::function<void()>>* completions;
+  asio::io_context::executor_type get_executor() const noexcept { return ex; }
+  template <class Handler>
+  void operator()(Handler&& handler) const {
+    auto h = std::make_shared<std::decay_t<Handler>>(std::forward<Handler>(handler));
+    completions->push_back(
+        [h, c = handler_ctx] { asio::post(*c, [h] { (*h)(error_code()); }); });
+  }
+};
+
+}  // namespace
+
+// The same with the timeout's record still queued in the wheel's context when the
+// handler runs (a timer filed before it, due at the same time, is the pass's first
+// handler, run by the pass; the timeout's record is queued): the record, run last, posts the held upcall to the
+// handler's context, which allocates; if it cannot, the upcall is made in place.
+BOOST_AUTO_TEST_CASE(cancel_after_held_upcall_posted) {
+  for_every_single_failure([](long n) {
+    ledger l;
+    {
+      asio::io_context handler_ctx;
+      asio::io_context ctx;
+      std::vector<std::function<void()>> completions;
+      twheel::steady_timer first(ctx);
+      bool first_ran = false;
+      int id = -1;
+      {
+        fault_scope armed(n);
+        const auto due = std::chrono::steady_clock::now() + 1ms;  // the same for both
+        first.expires_at(due);
+        const bool first_accepted =
+            initiate([&] { first.async_wait([&](error_code) { first_ran = true; }); });
+        id = start_op(ctx, l, [&](int i) {
+          auto token =
+              twheel::cancel_at(due, asio::bind_executor(handler_ctx, big_handler(l, i)));
+          asio::async_initiate<decltype(token), void(error_code)>(
+              held_op_initiation{ctx.get_executor(), &handler_ctx, &completions}, token);
+        });
+        {
+          pause_faults p;
+          l.on_strand[id] = true;  // Asio's post of the completion may fail and destroy it
+          std::this_thread::sleep_for(3ms);
+        }
+        for (int i = 0; i < 200 && first_accepted && !first_ran; ++i) {
+          try {
+            ctx.run_one();
+          } catch (const std::bad_alloc&) {
+            end_burst();
+          }
+        }
+        if (!completions.empty()) {
+          try {
+            completions[0]();
+          } catch (const std::bad_alloc&) {
+            end_burst();
+          }
+        }
+        for (int i = 0; i < 200 && l.state[id] == alive; ++i) {
+          try {
+            handler_ctx.restart();
+            handler_ctx.poll();
+          } catch (const std::bad_alloc&) {
+            end_burst();
+          }
+          try {
+            ctx.restart();
+            ctx.poll();
+          } catch (const std::bad_alloc&) {
+            end_burst();
+          }
+          if (l.state[id] == alive) {
+            pause_faults p;
+            std::this_thread::sleep_for(1ms);
+          }
+        }
+        armed.disarm();
+      }
+      completions.clear();
+      FI_CHECK(l.state[id] != alive);
+      FI_CHECK(l.state[id] != 100);  // resolved twice
+      ctx.restart();
+      ctx.run();
+      handler_ctx.restart();
+      handler_ctx.run();
+      FI_CHECK(twheel::stats(ctx).pending == 0);
+    }
+    check_ledger(l);
   });
 }
 

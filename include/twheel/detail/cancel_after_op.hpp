@@ -4,6 +4,7 @@
 #ifndef TWHEEL_DETAIL_CANCEL_AFTER_OP_HPP
 #define TWHEEL_DETAIL_CANCEL_AFTER_OP_HPP
 
+#include <twheel/detail/held_upcall.hpp>
 #include <twheel/detail/process_threads.hpp>
 #include <twheel/detail/timer_state.hpp>
 #include <twheel/detail/wait_ops.hpp>
@@ -16,8 +17,11 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/execution/blocking.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/execution/executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 
@@ -31,14 +35,35 @@
 
 namespace twheel::detail {
 
+// Where a state keeps the upcall it holds: only a state from the handler's own
+// allocator holds one (see cancel_after_state::hold_upcall).
+template <bool Holds>
+struct upcall_holder {};
+template <>
+struct upcall_holder<true> {
+  held_upcall* held_ = nullptr;
+};
+
 // Shared by the wrapped operation's handler and the wheel; freed by whichever of the two
 // lets go last. The timeout runs on the handler's executor (Executor), where it emits.
 template <class Executor, class ProtoAllocator>
-class cancel_after_state : public wait_op {
+class cancel_after_state
+    : public wait_op,
+      private upcall_holder<!std::is_same_v<ProtoAllocator, boost::asio::recycling_allocator<void>>> {
   using Allocator =
       typename std::allocator_traits<ProtoAllocator>::template rebind_alloc<cancel_after_state>;
 
  public:
+  // The state's memory is the handler's associated allocator's, which Asio lets a handler
+  // end once it has been called (a session's arena that goes with its last handler): it
+  // must be freed before the upcall. When the operation completes while the wheel still
+  // holds the state (the timeout fired and its emission, or its record, is queued), the
+  // upcall is held until the wheel lets go, as Asio's own cancel_after waits for its
+  // timer's handler. Memory from Asio's recycling allocator or the wheel's pool has no
+  // such owner: the upcall is made at once, and the state freed when the wheel lets go.
+  static constexpr bool holds_upcalls =
+      !std::is_same_v<ProtoAllocator, boost::asio::recycling_allocator<void>>;
+
   cancel_after_state(wheel_service& service, Executor ex, Allocator alloc,
                      boost::asio::cancellation_type_t type)
       : wait_op(&cancel_after_state::on_timeout),
@@ -133,21 +158,50 @@ class cancel_after_state : public wait_op {
 
   // The wrapped operation completed or its handler was destroyed: take the timeout out
   // of the wheel (it then never fires) and let go.
-  //
-  // Once the wheel has settled the timeout (filed_ cut), there is nothing to take out,
-  // and the wheel may be gone: a context of the user's own may destroy the wrapped
-  // operation's handler, queued, after its services.
   void finish() noexcept {
-    done_.store(true, std::memory_order_release);
-    if (filed_.service_.load(std::memory_order_acquire) != nullptr &&
-        service_.unschedule(entry_, this)) {
-      release();
-    }
+    withdraw();
     release();
+  }
+
+  // The wrapped operation completed, on the handler's executor: withdraw() and tell
+  // whether anything else still holds the state (the wheel's settled timeout, or an
+  // initiating call that has not returned yet). If so, the caller holds its upcall in the
+  // state (hold_upcall); if not, it lets go (release_here()) and makes it.
+  bool finish_shared() noexcept {
+    withdraw();
+    return refs_.load(std::memory_order_acquire) != 1;
+  }
+
+  // Hands the upcall to whichever share is let go of last, which makes it once the state
+  // is freed, on the handler's executor (post_upcall()). Lets go of the handler's share:
+  // if that is the last, the upcall is made here, now.
+  void hold_upcall(held_upcall* held) {
+    static_assert(holds_upcalls);
+    this->held_ = held;
+    release_here();
+  }
+
+  // Lets go of a share on the handler's executor: if it is the last, the state is freed
+  // and the upcall it holds, if any, made here.
+  void release_here() {
+    if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) == 1) discard_then_upcall(true);
   }
 
  private:
   ~cancel_after_state() = default;
+
+  // Takes the timeout out of the wheel, if it is still there (it then never fires).
+  //
+  // Once the wheel has settled the timeout (filed_ cut), there is nothing to take out,
+  // and the wheel may be gone: a context of the user's own may destroy the wrapped
+  // operation's handler, queued, after its services.
+  void withdraw() noexcept {
+    done_.store(true, std::memory_order_release);
+    if (filed_.service_.load(std::memory_order_acquire) != nullptr &&
+        service_.unschedule(entry_, this)) {
+      release();  // the wheel's share; not the last, the caller holds one
+    }
+  }
 
   // The handler's associated allocator is Asio's default, and the state fits a block.
   static constexpr bool poolable() noexcept {
@@ -165,8 +219,61 @@ class cancel_after_state : public wait_op {
     }
   }
 
+  // Lets go of a share off the handler's executor: if it is the last and the state holds
+  // an upcall, the upcall is posted there (never made here: this may be the initiating
+  // call, or the wheel's context).
   void release() noexcept {
-    if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) == 1) discard();
+    if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) != 1) return;
+    if constexpr (holds_upcalls) {
+      if (this->held_) {
+        post_upcall();
+        return;
+      }
+    }
+    discard();
+  }
+
+  // Lets go of a share whose executor's context is gone (shut down or destroyed): an
+  // upcall the state holds is destroyed with the handler, never made, as Asio destroys
+  // the handlers a context still holds.
+  void release_unrun() noexcept {
+    if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) == 1) discard_then_upcall(false);
+  }
+
+  // Frees the state, then makes (invoke) or destroys the upcall it holds.
+  void discard_then_upcall(bool invoke) {
+    if constexpr (holds_upcalls) {
+      held_upcall* held = std::exchange(this->held_, nullptr);
+      discard();
+      if (held) held->complete(invoke);
+    } else {
+      discard();
+    }
+  }
+
+  // The last share was let go of off the handler's executor, with an upcall held: the
+  // state is taken back (a share for the upcall) and the upcall posted to the executor
+  // (emit_timeout, which finds the operation done and only lets go, there). Without the
+  // memory to post, it is made here rather than lost (what the handler throws then
+  // ends the program: this path is noexcept).
+  [[gnu::cold, gnu::noinline]] void post_upcall() noexcept {
+    refs_.store(1, std::memory_order_relaxed);
+    emit_timeout upcall(this);
+    try {
+      if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+        // prefer, not require: an executor that only runs work at once runs it here.
+        boost::asio::prefer(executor_, boost::asio::execution::blocking.never)
+            .execute(std::move(upcall));
+      } else {
+        boost::asio::post(executor_, std::move(upcall));  // an executor of the older model
+      }
+      return;
+    } catch (...) {
+      if (!upcall.holds()) return;  // taken by what failed, and let go of there
+    }
+    upcall.forget();
+    refs_.store(0, std::memory_order_relaxed);
+    discard_then_upcall(true);
   }
 
   // Destroys the state and frees its memory: nothing holds it any more (or the timeout
@@ -245,11 +352,16 @@ class cancel_after_state : public wait_op {
       // record, or it was filed after shutdown (and never settled): finish() must not
       // reach for the wheel, which may be gone before the handler.
       self->filed_.service_.store(nullptr, std::memory_order_release);
-      self->release();
+      self->release_unrun();
       return;
     }
     if (self->done_.load(std::memory_order_acquire)) {
-      self->release();
+      // The operation completed; its upcall may be held here (hold_upcall).
+      if (self->service_.runs_inline(self->executor_)) {
+        self->release_here();
+      } else {
+        self->release();
+      }
       return;
     }
     // Emit on the operation's executor: cancellation slots are not thread-safe. If it is
@@ -304,20 +416,24 @@ class cancel_after_state : public wait_op {
     }
   }
 
-  // Holds the wheel's share of the state until it has emitted, or until it is destroyed
-  // unrun (its executor's context shut down first).
+  // Holds a share of the state (the wheel's, or a held upcall's) on the handler's
+  // executor until it has emitted, or until it is destroyed unrun (its executor's context
+  // shut down first, or the executor refused it).
   class emit_timeout {
    public:
     explicit emit_timeout(cancel_after_state* self) noexcept : self_(self) {}
     emit_timeout(emit_timeout&& other) noexcept : self_(std::exchange(other.self_, nullptr)) {}
     emit_timeout& operator=(emit_timeout&&) = delete;
     ~emit_timeout() {
-      if (self_) self_->release();
+      if (self_) self_->release_unrun();
     }
-    // The share is let go of after the emission, by the destructor if the operation's
-    // cancellation handler throws.
+    bool holds() const noexcept { return self_ != nullptr; }
+    void forget() noexcept { self_ = nullptr; }
+
+    // Emits unless the operation is done, then lets go here: if that is the last share,
+    // the upcall the state holds is made.
     void operator()() {
-      cancel_after_state* self = self_;
+      cancel_after_state* self = std::exchange(self_, nullptr);
       int expected = initiating;
       // Still initiating (on another thread): the operation may not listen yet; start()
       // emits instead.
@@ -325,10 +441,14 @@ class cancel_after_state : public wait_op {
           !compare_exchange_if_threaded(self->phase_, expected, int{fired_early},
                                         std::memory_order_acq_rel)) {
         self->phase_.store(emitted, std::memory_order_relaxed);
-        self->signal().emit(self->type_);
+        try {
+          self->signal().emit(self->type_);
+        } catch (...) {
+          self->release();  // the operation's cancellation handler threw
+          throw;
+        }
       }
-      self_ = nullptr;
-      self->release();
+      self->release_here();
     }
 
    private:
@@ -415,21 +535,42 @@ class cancel_after_handler {
     return state_->slot();
   }
 
+  // The state is freed before the upcall (see cancel_after_state::holds_upcalls): if the
+  // wheel still holds it, the upcall waits in it for the wheel to let go. Without the
+  // memory to hold the upcall, it is made now and the state freed after it, as before.
   template <class... Args>
   void operator()(Args&&... args) {
-    release_state();
+    using held_type = held_upcall_for<Handler, Args&&...>;
+    if constexpr (State::holds_upcalls && held_type::holdable) {
+      State* state = take_state();
+      if (state->finish_shared()) {
+        held_upcall* held = nullptr;
+        try {
+          held = held_type::make(handler_, std::forward<Args>(args)...);
+        } catch (const std::bad_alloc&) {
+        }
+        if (held) {
+          state->hold_upcall(held);
+          return;
+        }
+      }
+      state->release_here();
+    } else {
+      take_state()->finish();
+    }
     std::move(handler_)(std::forward<Args>(args)...);
   }
 
   Handler handler_;
 
  private:
-  void release_state() noexcept {
+  State* take_state() noexcept {
     auto outer = boost::asio::get_associated_cancellation_slot(handler_);
     if (outer.is_connected()) outer.clear();
     if (bound_.is_connected()) bound_.clear();
-    std::exchange(state_, nullptr)->finish();
+    return std::exchange(state_, nullptr);
   }
+  void release_state() noexcept { take_state()->finish(); }
 
   State* state_;
   // A caller's slot bound around this handler, forwarded into ours (see bind_outer_slot).
