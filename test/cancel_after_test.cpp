@@ -34,6 +34,7 @@
 #include <boost/asio/consign.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -1184,6 +1185,34 @@ BOOST_AUTO_TEST_CASE(timeout_is_filed_in_the_io_executors_wheel_under_outer_adap
 
 BOOST_AUTO_TEST_SUITE_END()
 
+namespace {
+// A counting_allocator that throws std::length_error (not bad_alloc: an allocator may
+// throw anything) once it has made `limit` allocations.
+template <class T>
+struct limited_allocator : counting_allocator<T> {
+  using value_type = T;
+  int* made;
+  int limit;
+  limited_allocator(alloc_counters* c, int* m, int l) noexcept
+      : counting_allocator<T>(c), made(m), limit(l) {}
+  template <class U>
+  limited_allocator(const limited_allocator<U>& o) noexcept
+      : counting_allocator<T>(o.c), made(o.made), limit(o.limit) {}
+  T* allocate(std::size_t n) {
+    if ((*made)++ >= limit) throw std::length_error("limited_allocator: arena exhausted");
+    return counting_allocator<T>::allocate(n);
+  }
+  template <class U>
+  bool operator==(const limited_allocator<U>& o) const noexcept {
+    return this->c == o.c;
+  }
+  template <class U>
+  bool operator!=(const limited_allocator<U>& o) const noexcept {
+    return this->c != o.c;
+  }
+};
+}  // namespace
+
 // ---------------------------------------------------------------------------------------
 BOOST_AUTO_TEST_SUITE(memory)
 
@@ -1355,8 +1384,10 @@ struct initiate_listening_op {
       log->at.push_back(&slot.template emplace<counted_listener>(log));
     }
     auto h = std::make_shared<std::decay_t<Handler>>(std::forward<Handler>(handler));
+    // dispatch: the test calls it outside the contexts' run(), so it is queued, except on
+    // an executor that runs work at once.
     completions->push_back([h, ex = ex] {
-      asio::post(asio::get_associated_executor(*h, ex), [h] { (*h)(error_code()); });
+      asio::dispatch(asio::get_associated_executor(*h, ex), [h] { (*h)(error_code()); });
     });
   }
 };
@@ -1457,52 +1488,105 @@ BOOST_AUTO_TEST_CASE(the_state_is_freed_before_the_upcall_when_the_timeout_fired
   BOOST_TEST(calls == 1);
 }
 
-// The same when the wheel still holds the timeout's record (settled in a pass, not yet
-// run) as the handler runs: the handler is held, and the record, run in the wheel's
-// context, posts the upcall to the handler's context rather than make it there.
+// An operation on `ctx` started with `token`, whose timeout's record is still queued in
+// the wheel's context when the operation completes: a timer filed before the timeout,
+// due with it, is the pass's first handler, run by the pass, and the timeout's record
+// is queued behind it. On return the completion is queued to the handler's executor.
+struct record_queued_at_completion {
+  twheel::steady_timer first;
+  bool first_ran = false;
+  std::vector<std::function<void()>> completions;
+
+  template <class Token>
+  record_queued_at_completion(asio::io_context& ctx, Token token) : first(ctx) {
+    const auto due = std::chrono::steady_clock::now() + 1ms;  // the same for both
+    first.expires_at(due);
+    first.async_wait([this](error_code) { first_ran = true; });
+    async_listening_op(ctx, nullptr, completions, twheel::cancel_at(due, std::move(token)));
+    std::this_thread::sleep_for(5ms);  // both due
+    BOOST_TEST_REQUIRE(run_until(ctx, [&] { return first_ran; }));
+    BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 2u);
+    completions[0]();
+  }
+};
+
+// The handler runs while the wheel still holds the timeout's record: it is held, and the
+// record, run in the wheel's context, posts the upcall to the handler's context rather
+// than make it there. Meanwhile the held upcall keeps that context from running out of
+// work, as a pending operation does.
 BOOST_AUTO_TEST_CASE(an_upcall_held_for_the_timeouts_record_is_posted_to_the_handlers_executor) {
   alloc_counters mem;
-  std::vector<std::function<void()>> completions;
   int calls = 0;
   std::size_t outstanding_at_upcall = 99;
   bool on_handler_ctx = false;
   asio::io_context handler_ctx;
   asio::io_context ctx;
-  // Filed first, due with the timeout: the pass runs its handler and queues the
-  // timeout's record.
-  twheel::steady_timer first(ctx);
-  const auto due = std::chrono::steady_clock::now() + 1ms;  // the same for both
-  first.expires_at(due);
-  bool first_ran = false;
-  first.async_wait([&](error_code) { first_ran = true; });
-  async_listening_op(
-      ctx, nullptr, completions,
-      twheel::cancel_at(due, asio::bind_executor(
-                                       handler_ctx,
-                                       asio::bind_allocator(counting_allocator<void>(&mem),
-                                                            [&](error_code ec) {
-                                                              ++calls;
-                                                              outstanding_at_upcall =
-                                                                  mem.outstanding();
-                                                              on_handler_ctx =
-                                                                  handler_ctx.get_executor()
-                                                                      .running_in_this_thread();
-                                                              BOOST_TEST(!ec);
-                                                            }))));
-  std::this_thread::sleep_for(5ms);  // both due
-  BOOST_TEST_REQUIRE(run_until(ctx, [&] { return first_ran; }));
-  BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 2u);
-  completions[0]();
+  record_queued_at_completion op(
+      ctx, asio::bind_executor(handler_ctx,
+                               asio::bind_allocator(counting_allocator<void>(&mem), [&](error_code ec) {
+                                 ++calls;
+                                 outstanding_at_upcall = mem.outstanding();
+                                 on_handler_ctx = handler_ctx.get_executor().running_in_this_thread();
+                                 BOOST_TEST(!ec);
+                               })));
   BOOST_TEST(handler_ctx.run_one() == 1u);  // the completion: held
   BOOST_TEST(calls == 0);
-  ctx.run();  // the record: posts the upcall
+  BOOST_TEST(handler_ctx.poll() == 0u);
+  BOOST_TEST(!handler_ctx.stopped());  // the held upcall is work of handler_ctx's
+  ctx.run();                           // the record: posts the upcall
   BOOST_TEST(calls == 0);
-  handler_ctx.restart();
   handler_ctx.run();
   BOOST_TEST(calls == 1);
   BOOST_TEST(on_handler_ctx);
   BOOST_TEST(outstanding_at_upcall == 0u);
   BOOST_TEST(mem.outstanding() == 0u);
+}
+
+// The same, with the wheel's context destroyed before it runs the record: the handler's
+// context lives on, and the upcall is posted there, not lost.
+BOOST_AUTO_TEST_CASE(an_upcall_held_for_a_record_destroyed_with_the_wheel_is_still_made) {
+  alloc_counters mem;
+  int calls = 0;
+  std::size_t outstanding_at_upcall = 99;
+  asio::io_context handler_ctx;
+  {
+    asio::io_context ctx;
+    record_queued_at_completion op(
+        ctx, asio::bind_executor(handler_ctx, asio::bind_allocator(
+                                                  counting_allocator<void>(&mem), [&](error_code ec) {
+                                                    ++calls;
+                                                    outstanding_at_upcall = mem.outstanding();
+                                                    BOOST_TEST(!ec);
+                                                  })));
+    BOOST_TEST(handler_ctx.run_one() == 1u);  // the completion: held
+    BOOST_TEST(calls == 0);
+  }
+  handler_ctx.run();
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(outstanding_at_upcall == 0u);
+  BOOST_TEST(mem.outstanding() == 0u);
+}
+
+// An allocator that throws something other than bad_alloc for the held upcall's block:
+// the upcall is made at once, as when it cannot be held, and nothing leaks.
+BOOST_AUTO_TEST_CASE(an_upcall_that_cannot_be_held_is_made_at_once) {
+  alloc_counters mem;
+  int calls = 0;
+  asio::io_context handler_ctx;
+  asio::io_context ctx;
+  int allocations = 0;
+  record_queued_at_completion op(
+      ctx, asio::bind_executor(handler_ctx,
+                               asio::bind_allocator(limited_allocator<void>(&mem, &allocations, 1),
+                                                    [&](error_code ec) {
+                                                      ++calls;
+                                                      BOOST_TEST(!ec);
+                                                    })));
+  BOOST_TEST(handler_ctx.run_one() == 1u);  // the completion: could not be held
+  BOOST_TEST(calls == 1);
+  ctx.run();
+  BOOST_TEST(mem.outstanding() == 0u);
+  BOOST_TEST(allocations == 2);  // the state's, and the held upcall's, which threw
 }
 
 // The same, with the handler's context destroyed before it runs the completion: the
@@ -2320,4 +2404,30 @@ BOOST_AUTO_TEST_CASE(an_emission_run_at_once_by_its_executor_that_throws) {
 
 BOOST_AUTO_TEST_CASE(an_emission_run_at_once_by_its_executor_that_throws_bad_alloc) {
   check_emission_at_once_that_throws<std::bad_alloc>();
+}
+
+// An upcall held for the timeout's record, on an executor that runs work at once (it
+// cannot promise never to block): the record's post of the upcall makes it there, in the
+// wheel's context, and what the handler throws leaves run(), as any handler's
+// exception does. Nothing of the handler's allocator is live at the upcall.
+BOOST_AUTO_TEST_CASE(a_held_upcall_made_at_once_by_its_executor_that_throws) {
+  alloc_counters mem;
+  int calls = 0;
+  std::size_t outstanding_at_upcall = 99;
+  asio::io_context ctx;
+  memory::record_queued_at_completion op(  // (in the memory suite's namespace)
+      ctx, asio::bind_executor(inline_executor{&ctx},
+                               asio::bind_allocator(counting_allocator<void>(&mem), [&](error_code) {
+                                 ++calls;
+                                 outstanding_at_upcall = mem.outstanding();
+                                 throw std::runtime_error("the handler's");
+                               })));
+  BOOST_TEST(calls == 0);  // held: the completion ran at once, the record is queued
+  BOOST_CHECK_THROW(ctx.run(), std::runtime_error);
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(outstanding_at_upcall == 0u);
+  ctx.restart();
+  ctx.run();
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(mem.outstanding() == 0u);
 }

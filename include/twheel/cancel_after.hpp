@@ -264,9 +264,9 @@ class cancel_after_initiation : public initiation_executor_type<Initiation> {
 /// Asio requires. When the operation completes just as its timeout fires (the timeout's
 /// cancellation is still queued), the call waits until the wheel has let go of the
 /// state, as Asio's own cancel_after waits for its timer, and is made on the handler's
-/// executor; holding it takes one more block from that allocator. If that block cannot
-/// be had, or the completion's arguments may throw when moved, the handler is called at
-/// once and the state freed after it.
+/// executor, on which it counts as outstanding work meanwhile; holding it takes one more
+/// block from that allocator. If that block cannot be had, or the completion's arguments
+/// may throw when moved, the handler is called at once and the state freed after it.
 ///
 /// @param timeout How long the operation may run; a negative timeout counts as zero, a
 /// far one saturates.

@@ -44,6 +44,14 @@ struct upcall_holder<true> {
   held_upcall* held_ = nullptr;
 };
 
+// The post of a held upcall under way on this thread (post_upcall()), if any: an
+// emit_timeout of `state` destroyed unrun meanwhile is a post that failed.
+struct upcall_posting {
+  const void* state;
+  bool handed_back;
+};
+inline thread_local upcall_posting* upcall_posting_here = nullptr;
+
 // Shared by the wrapped operation's handler and the wheel; freed by whichever of the two
 // lets go last. The timeout runs on the handler's executor (Executor), where it emits.
 template <class Executor, class ProtoAllocator>
@@ -63,6 +71,9 @@ class cancel_after_state
   // such owner: the upcall is made at once, and the state freed when the wheel lets go.
   static constexpr bool holds_upcalls =
       !std::is_same_v<ProtoAllocator, boost::asio::recycling_allocator<void>>;
+
+  using handler_executor_type = Executor;
+  const Executor& handler_executor() const noexcept { return executor_; }
 
   cancel_after_state(wheel_service& service, Executor ex, Allocator alloc,
                      boost::asio::cancellation_type_t type)
@@ -220,23 +231,48 @@ class cancel_after_state
   }
 
   // Lets go of a share off the handler's executor: if it is the last and the state holds
-  // an upcall, the upcall is posted there (never made here: this may be the initiating
-  // call, or the wheel's context).
-  void release() noexcept {
+  // an upcall, the upcall is posted there (not made here: this may be the initiating
+  // call, or the wheel's context). Throws only what the handler throws when it is made
+  // here after all (post_upcall()); the noexcept callers (finish(), abandon(),
+  // withdraw()) never hold the last share of a state that holds an upcall.
+  void release() {
     if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) != 1) return;
     if constexpr (holds_upcalls) {
       if (this->held_) {
-        post_upcall();
+        post_upcall(true);
         return;
       }
     }
     discard();
   }
 
-  // Lets go of a share whose executor's context is gone (shut down or destroyed): an
-  // upcall the state holds is destroyed with the handler, never made, as Asio destroys
-  // the handlers a context still holds.
+  // release() for the wheel's share when its record is destroyed unrun (the wheel's
+  // context shuts down): a held upcall is posted to the handler's executor, which may
+  // live on, but never made here, during a destruction: if the executor cannot promise
+  // not to run it at once, or the post fails, it is destroyed, as Asio destroys the
+  // handlers of a context that goes away.
+  void release_from_destruction() noexcept {
+    if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) != 1) return;
+    if constexpr (holds_upcalls) {
+      if (this->held_) {
+        post_upcall(false);
+        return;
+      }
+    }
+    discard();
+  }
+
+  // Lets go of the share of an emit_timeout destroyed unrun: the handler's executor shut
+  // down (or refused it): an upcall the state holds is destroyed with the handler, never
+  // made, as Asio destroys the handlers a context still holds. While this thread posts
+  // the held upcall, that is a post that failed: the share is handed back instead.
   void release_unrun() noexcept {
+    if constexpr (holds_upcalls) {
+      if (upcall_posting_here && upcall_posting_here->state == this) {
+        upcall_posting_here->handed_back = true;
+        return;
+      }
+    }
     if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) == 1) discard_then_upcall(false);
   }
 
@@ -253,12 +289,26 @@ class cancel_after_state
 
   // The last share was let go of off the handler's executor, with an upcall held: the
   // state is taken back (a share for the upcall) and the upcall posted to the executor
-  // (emit_timeout, which finds the operation done and only lets go, there). Without the
-  // memory to post, it is made here rather than lost (what the handler throws then
-  // ends the program: this path is noexcept).
-  [[gnu::cold, gnu::noinline]] void post_upcall() noexcept {
+  // (emit_timeout, which finds the operation done and only lets go, there). If the post
+  // fails, before or after it took the function (an executor that allocates its own
+  // wrapper destroys it then: release_unrun() hands the share back), the upcall is made
+  // here rather than lost. An executor that runs the function at once (it cannot promise
+  // never to block) makes the upcall here too; what the handler throws leaves. Unless
+  // `may_make_here` is false: the upcall is then destroyed instead.
+  [[gnu::cold, gnu::noinline]] void post_upcall(bool may_make_here) {
+    if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+      if (!may_make_here &&
+          boost::asio::query(boost::asio::prefer(executor_, boost::asio::execution::blocking.never),
+                             boost::asio::execution::blocking) !=
+              boost::asio::execution::blocking.never) {
+        discard_then_upcall(false);
+        return;
+      }
+    }
     refs_.store(1, std::memory_order_relaxed);
     emit_timeout upcall(this);
+    upcall_posting posting{this, false};
+    upcall_posting* const outer = std::exchange(upcall_posting_here, &posting);
     try {
       if constexpr (boost::asio::execution::is_executor<Executor>::value) {
         // prefer, not require: an executor that only runs work at once runs it here.
@@ -267,13 +317,16 @@ class cancel_after_state
       } else {
         boost::asio::post(executor_, std::move(upcall));  // an executor of the older model
       }
-      return;
     } catch (...) {
-      if (!upcall.holds()) return;  // taken by what failed, and let go of there
+      upcall_posting_here = outer;
+      if (!upcall.holds() && !posting.handed_back) throw;  // the upcall, made here, threw
     }
+    upcall_posting_here = outer;
+    // Posted, or made here (the state is freed then): nothing more to do.
+    if (!upcall.holds() && !posting.handed_back) return;
     upcall.forget();
     refs_.store(0, std::memory_order_relaxed);
-    discard_then_upcall(true);
+    discard_then_upcall(may_make_here);
   }
 
   // Destroys the state and frees its memory: nothing holds it any more (or the timeout
@@ -351,8 +404,9 @@ class cancel_after_state
       // Destroyed unrun: the wheel shut down, or the context destroyed the timeout's
       // record, or it was filed after shutdown (and never settled): finish() must not
       // reach for the wheel, which may be gone before the handler.
+      // An upcall held here goes to the handler's executor, which may live on.
       self->filed_.service_.store(nullptr, std::memory_order_release);
-      self->release_unrun();
+      self->release_from_destruction();
       return;
     }
     if (self->done_.load(std::memory_order_acquire)) {
@@ -434,6 +488,13 @@ class cancel_after_state
     // the upcall the state holds is made.
     void operator()() {
       cancel_after_state* self = std::exchange(self_, nullptr);
+      if constexpr (holds_upcalls) {
+        // Run by the executor inside the post: not a post that failed, whatever an
+        // emit_timeout of a state at this address does during the upcall.
+        if (upcall_posting_here && upcall_posting_here->state == self) {
+          upcall_posting_here->state = nullptr;
+        }
+      }
       int expected = initiating;
       // Still initiating (on another thread): the operation may not listen yet; start()
       // emits instead.
@@ -540,14 +601,16 @@ class cancel_after_handler {
   // memory to hold the upcall, it is made now and the state freed after it, as before.
   template <class... Args>
   void operator()(Args&&... args) {
-    using held_type = held_upcall_for<Handler, Args&&...>;
+    using held_type =
+        held_upcall_for<Handler, typename State::handler_executor_type, Args&&...>;
     if constexpr (State::holds_upcalls && held_type::holdable) {
       State* state = take_state();
       if (state->finish_shared()) {
         held_upcall* held = nullptr;
         try {
-          held = held_type::make(handler_, std::forward<Args>(args)...);
-        } catch (const std::bad_alloc&) {
+          held = held_type::make(handler_, state->handler_executor(),
+                                 std::forward<Args>(args)...);
+        } catch (...) {  // the allocator's exception: the upcall is made now
         }
         if (held) {
           state->hold_upcall(held);

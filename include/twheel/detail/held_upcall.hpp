@@ -5,6 +5,8 @@
 
 #include <twheel/detail/wait_ops.hpp>
 
+#include <boost/asio/executor_work_guard.hpp>
+
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -31,8 +33,13 @@ class held_upcall {
   complete_fn complete_;
 };
 
-template <class Handler, class... Args>
+// Keeps work outstanding on the handler's executor while held, as Asio's operations do
+// (handler_work): a context whose only work is the held upcall does not run out of work
+// and stop before the upcall is posted to it.
+template <class Handler, class Executor, class... Args>
 class held_upcall_for final : public held_upcall {
+  using work_guard = boost::asio::executor_work_guard<Executor>;
+
  public:
   // Whether a handler and its arguments can be held without a throw once the memory is
   // had. Asio requires a handler's move not to throw (its binders do not say noexcept);
@@ -41,28 +48,34 @@ class held_upcall_for final : public held_upcall {
       (std::is_nothrow_constructible_v<std::decay_t<Args>, Args&&> && ...) &&
       (std::is_nothrow_move_constructible_v<std::decay_t<Args>> && ...);
 
-  // Takes the handler and the arguments. Throws (bad_alloc) with `handler` untouched.
+  // Takes the handler and the arguments. Throws (the allocator's exception, or the work
+  // guard's) with `handler` untouched.
   template <class... A>
-  static held_upcall* make(Handler& handler, A&&... args) {
+  static held_upcall* make(Handler& handler, const Executor& ex, A&&... args) {
     static_assert(holdable);
-    return make_op<held_upcall_for>(handler, std::forward<A>(args)...);
+    return make_op<held_upcall_for>(handler, ex, std::forward<A>(args)...);
   }
 
+  // The work guard is made first: if it throws, the handler has not moved.
   template <class... A>
-  held_upcall_for(Handler&& handler, A&&... args) noexcept
+  held_upcall_for(Handler&& handler, const Executor& ex, A&&... args)
       : held_upcall(&held_upcall_for::do_complete),
+        work_(ex),
         handler_(std::move(handler)),
         args_(std::forward<A>(args)...) {}
 
  private:
+  // The work is let go of after the upcall, as Asio's handler_work does.
   static void do_complete(held_upcall* base, bool invoke) {
     auto* self = static_cast<held_upcall_for*>(base);
+    work_guard work(std::move(self->work_));
     Handler handler(std::move(self->handler_));
     std::tuple<std::decay_t<Args>...> args(std::move(self->args_));
     free_op(self, handler);
     if (invoke) std::apply(std::move(handler), std::move(args));
   }
 
+  work_guard work_;
   Handler handler_;
   std::tuple<std::decay_t<Args>...> args_;
 };
