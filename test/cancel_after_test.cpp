@@ -17,6 +17,7 @@
 #include <twheel/steady_timer.hpp>
 #include <twheel/wheel_service.hpp>
 
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/version.hpp>
@@ -37,6 +38,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/io_context_strand.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prepend.hpp>
@@ -1486,6 +1488,45 @@ BOOST_AUTO_TEST_CASE(the_state_is_freed_before_the_upcall_when_the_timeout_fired
     BOOST_TEST(log.alive == 0);
   }
   BOOST_TEST(calls == 1);
+}
+
+// The same for each kind of executor a handler is bound to: the upcall is held, and
+// made there, with the work counted on it meanwhile (a strand over any_io_executor, as
+// make_strand(socket.get_executor()) gives, also looks like an executor of the older
+// model; io_context::strand is one).
+template <class MakeExecutor>
+void check_held_upcall_on(MakeExecutor make_executor) {
+  alloc_counters mem;
+  std::vector<std::function<void()>> completions;
+  int calls = 0;
+  std::size_t outstanding_at_upcall = 99;
+  asio::io_context handler_ctx;
+  asio::io_context ctx;
+  async_listening_op(ctx, nullptr, completions,
+                     twheel::cancel_after(
+                         1ms, asio::bind_executor(make_executor(handler_ctx),
+                                                  asio::bind_allocator(
+                                                      counting_allocator<void>(&mem),
+                                                      [&](error_code ec) {
+                                                        ++calls;
+                                                        outstanding_at_upcall = mem.outstanding();
+                                                        BOOST_TEST(!ec);
+                                                      }))));
+  completions[0]();
+  BOOST_TEST_REQUIRE(run_until(ctx, [&] { return twheel::stats(ctx).fired == 1u; }));
+  handler_ctx.run();
+  BOOST_TEST(calls == 1);
+  BOOST_TEST(outstanding_at_upcall == 0u);
+  BOOST_TEST(mem.outstanding() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_upcall_is_held_on_every_kind_of_executor) {
+  check_held_upcall_on([](asio::io_context& c) { return c.get_executor(); });
+  check_held_upcall_on([](asio::io_context& c) { return asio::any_io_executor(c.get_executor()); });
+  check_held_upcall_on([](asio::io_context& c) { return asio::make_strand(c); });
+  check_held_upcall_on(
+      [](asio::io_context& c) { return asio::make_strand(asio::any_io_executor(c.get_executor())); });
+  check_held_upcall_on([](asio::io_context& c) { return asio::io_context::strand(c); });
 }
 
 // An operation on `ctx` started with `token`, whose timeout's record is still queued in

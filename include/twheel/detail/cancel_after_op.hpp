@@ -162,7 +162,7 @@ class cancel_after_state
 
   // The operation could not be initiated: the handler it was given is gone, and its
   // destruction took the timeout back (finish()). Drops the initiating call's share.
-  void abandon() noexcept { release(); }
+  void abandon() noexcept { release_noexcept(); }
 
   boost::asio::cancellation_slot slot() noexcept { return signal().slot(); }
   void emit(boost::asio::cancellation_type_t type) { signal().emit(type); }
@@ -171,7 +171,7 @@ class cancel_after_state
   // of the wheel (it then never fires) and let go.
   void finish() noexcept {
     withdraw();
-    release();
+    release_noexcept();
   }
 
   // The wrapped operation completed, on the handler's executor: withdraw() and tell
@@ -210,7 +210,7 @@ class cancel_after_state
     done_.store(true, std::memory_order_release);
     if (filed_.service_.load(std::memory_order_acquire) != nullptr &&
         service_.unschedule(entry_, this)) {
-      release();  // the wheel's share; not the last, the caller holds one
+      release_noexcept();  // the wheel's share; not the last, the caller holds one
     }
   }
 
@@ -233,8 +233,8 @@ class cancel_after_state
   // Lets go of a share off the handler's executor: if it is the last and the state holds
   // an upcall, the upcall is posted there (not made here: this may be the initiating
   // call, or the wheel's context). Throws only what the handler throws when it is made
-  // here after all (post_upcall()); the noexcept callers (finish(), abandon(),
-  // withdraw()) never hold the last share of a state that holds an upcall.
+  // here after all, or the post's bad_alloc when the upcall is stuck in what it reached
+  // (post_upcall()).
   void release() {
     if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) != 1) return;
     if constexpr (holds_upcalls) {
@@ -246,12 +246,13 @@ class cancel_after_state
     discard();
   }
 
-  // release() for the wheel's share when its record is destroyed unrun (the wheel's
-  // context shuts down): a held upcall is posted to the handler's executor, which may
-  // live on, but never made here, during a destruction: if the executor cannot promise
-  // not to run it at once, or the post fails, it is destroyed, as Asio destroys the
-  // handlers of a context that goes away.
-  void release_from_destruction() noexcept {
+  // release() from a path that may not throw: the wheel's record destroyed unrun (its
+  // context shuts down; the handler's executor may live on), or an initiation that
+  // completed its handler and then threw. A held upcall is posted, never made here after
+  // a failed post: it is then destroyed, as Asio destroys the handlers of a context that
+  // goes away. (Only an executor that runs it at once, during the post, makes it here; a
+  // throw from it is not let out.)
+  void release_noexcept() noexcept {
     if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) != 1) return;
     if constexpr (holds_upcalls) {
       if (this->held_) {
@@ -294,17 +295,9 @@ class cancel_after_state
   // wrapper destroys it then: release_unrun() hands the share back), the upcall is made
   // here rather than lost. An executor that runs the function at once (it cannot promise
   // never to block) makes the upcall here too; what the handler throws leaves. Unless
-  // `may_make_here` is false: the upcall is then destroyed instead.
+  // `may_make_here` is false (release_noexcept()): nothing leaves, and the upcall is
+  // destroyed if the post fails.
   [[gnu::cold, gnu::noinline]] void post_upcall(bool may_make_here) {
-    if constexpr (boost::asio::execution::is_executor<Executor>::value) {
-      if (!may_make_here &&
-          boost::asio::query(boost::asio::prefer(executor_, boost::asio::execution::blocking.never),
-                             boost::asio::execution::blocking) !=
-              boost::asio::execution::blocking.never) {
-        discard_then_upcall(false);
-        return;
-      }
-    }
     refs_.store(1, std::memory_order_relaxed);
     emit_timeout upcall(this);
     upcall_posting posting{this, false};
@@ -319,7 +312,12 @@ class cancel_after_state
       }
     } catch (...) {
       upcall_posting_here = outer;
-      if (!upcall.holds() && !posting.handed_back) throw;  // the upcall, made here, threw
+      // Taken: made here, and it threw; or queued where it is stuck (a strand whose
+      // invoker could not be scheduled, Asio's), which the bad_alloc reports.
+      if (!upcall.holds() && !posting.handed_back) {
+        if (may_make_here) throw;
+        return;
+      }
     }
     upcall_posting_here = outer;
     // Posted, or made here (the state is freed then): nothing more to do.
@@ -406,7 +404,7 @@ class cancel_after_state
       // reach for the wheel, which may be gone before the handler.
       // An upcall held here goes to the handler's executor, which may live on.
       self->filed_.service_.store(nullptr, std::memory_order_release);
-      self->release_from_destruction();
+      self->release_noexcept();
       return;
     }
     if (self->done_.load(std::memory_order_acquire)) {

@@ -4,8 +4,7 @@
 #define TWHEEL_DETAIL_HELD_UPCALL_HPP
 
 #include <twheel/detail/wait_ops.hpp>
-
-#include <boost/asio/executor_work_guard.hpp>
+#include <twheel/wheel_service.hpp>
 
 #include <memory>
 #include <tuple>
@@ -33,12 +32,12 @@ class held_upcall {
   complete_fn complete_;
 };
 
-// Keeps work outstanding on the handler's executor while held, as Asio's operations do
-// (handler_work): a context whose only work is the held upcall does not run out of work
-// and stop before the upcall is posted to it.
+// Keeps work outstanding on the handler's executor while held, as Asio's operations do:
+// a context whose only work is the held upcall does not run out of work and stop before
+// the upcall is posted to it.
 template <class Handler, class Executor, class... Args>
 class held_upcall_for final : public held_upcall {
-  using work_guard = boost::asio::executor_work_guard<Executor>;
+  using work_guard = tracked_work<Executor>;  // impl/wheel_service.hpp, as a wait's
 
  public:
   // Whether a handler and its arguments can be held without a throw once the memory is
@@ -48,15 +47,15 @@ class held_upcall_for final : public held_upcall {
       (std::is_nothrow_constructible_v<std::decay_t<Args>, Args&&> && ...) &&
       (std::is_nothrow_move_constructible_v<std::decay_t<Args>> && ...);
 
-  // Takes the handler and the arguments. Throws (the allocator's exception, or the work
-  // guard's) with `handler` untouched.
+  // Takes the handler and the arguments. Throws (the allocator's exception, or what
+  // tracking the work throws) with `handler` untouched.
   template <class... A>
   static held_upcall* make(Handler& handler, const Executor& ex, A&&... args) {
     static_assert(holdable);
     return make_op<held_upcall_for>(handler, ex, std::forward<A>(args)...);
   }
 
-  // The work guard is made first: if it throws, the handler has not moved.
+  // The work is tracked first: if that throws, the handler has not moved.
   template <class... A>
   held_upcall_for(Handler&& handler, const Executor& ex, A&&... args)
       : held_upcall(&held_upcall_for::do_complete),
