@@ -1497,11 +1497,12 @@ BOOST_AUTO_TEST_CASE(the_state_is_freed_before_the_upcall_when_the_timeout_fired
 template <class MakeExecutor>
 void check_held_upcall_on(MakeExecutor make_executor) {
   alloc_counters mem;
-  std::vector<std::function<void()>> completions;
   int calls = 0;
   std::size_t outstanding_at_upcall = 99;
   asio::io_context handler_ctx;
   asio::io_context ctx;
+  // After the contexts: the moved-from handler it keeps holds a copy of the executor.
+  std::vector<std::function<void()>> completions;
   async_listening_op(ctx, nullptr, completions,
                      twheel::cancel_after(
                          1ms, asio::bind_executor(make_executor(handler_ctx),
