@@ -679,6 +679,30 @@ BOOST_AUTO_TEST_CASE(cancel_after_on_a_strand) {
   });
 }
 
+namespace {
+
+// Polls `a`, then `b`, while armed (a bad_alloc out of poll() is caught), until `done()`,
+// for at most 200 rounds a millisecond apart.
+template <class Done>
+void poll_until(asio::io_context& a, asio::io_context& b, Done done) {
+  for (int i = 0; i < 200 && !done(); ++i) {
+    for (asio::io_context* c : {&a, &b}) {
+      try {
+        c->restart();
+        c->poll();
+      } catch (const std::bad_alloc&) {
+        end_burst();
+      }
+    }
+    if (!done()) {
+      pause_faults p;
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+}
+
+}  // namespace
+
 // A read whose handler has an allocator of its own and runs on another context, with its
 // data there and its timeout due before either context runs: the read's completion and
 // the timeout's emission are both queued to the handler's context, and the upcall may be
@@ -713,36 +737,8 @@ BOOST_AUTO_TEST_CASE(cancel_after_held_upcall) {
         }
         // The wheel's context first, until the timeout fired: the read's completion is
         // then queued ahead of the emission.
-        for (int i = 0; i < 200 && twheel::stats(ctx).fired == 0; ++i) {
-          try {
-            ctx.restart();
-            ctx.poll();
-          } catch (const std::bad_alloc&) {
-            end_burst();
-          }
-          if (twheel::stats(ctx).fired == 0) {
-            pause_faults p;
-            std::this_thread::sleep_for(1ms);
-          }
-        }
-        for (int i = 0; i < 200 && l.state[id] == alive; ++i) {
-          try {
-            ctx.restart();
-            ctx.poll();
-          } catch (const std::bad_alloc&) {
-            end_burst();
-          }
-          try {
-            handler_ctx.restart();
-            handler_ctx.poll();
-          } catch (const std::bad_alloc&) {
-            end_burst();
-          }
-          if (l.state[id] == alive) {
-            pause_faults p;
-            std::this_thread::sleep_for(1ms);
-          }
-        }
+        poll_until(ctx, ctx, [&] { return twheel::stats(ctx).fired != 0; });
+        poll_until(ctx, handler_ctx, [&] { return l.state[id] != alive; });
         armed.disarm();
       }
       FI_CHECK(l.state[id] != alive);
@@ -827,24 +823,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_held_upcall_posted) {
             end_burst();
           }
         }
-        for (int i = 0; i < 200 && l.state[id] == alive; ++i) {
-          try {
-            handler_ctx.restart();
-            handler_ctx.poll();
-          } catch (const std::bad_alloc&) {
-            end_burst();
-          }
-          try {
-            ctx.restart();
-            ctx.poll();
-          } catch (const std::bad_alloc&) {
-            end_burst();
-          }
-          if (l.state[id] == alive) {
-            pause_faults p;
-            std::this_thread::sleep_for(1ms);
-          }
-        }
+        poll_until(handler_ctx, ctx, [&] { return l.state[id] != alive; });
         armed.disarm();
       }
       completions.clear();

@@ -235,16 +235,7 @@ class cancel_after_state
   // call, or the wheel's context). Throws only what the handler throws when it is made
   // here after all, or the post's bad_alloc when the upcall is stuck in what it reached
   // (post_upcall()).
-  void release() {
-    if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) != 1) return;
-    if constexpr (holds_upcalls) {
-      if (this->held_) {
-        post_upcall(true);
-        return;
-      }
-    }
-    discard();
-  }
+  void release() { let_go(true); }
 
   // release() from a path that may not throw: the wheel's record destroyed unrun (its
   // context shuts down; the handler's executor may live on), or an initiation that
@@ -252,11 +243,14 @@ class cancel_after_state
   // a failed post: it is then destroyed, as Asio destroys the handlers of a context that
   // goes away. (Only an executor that runs it at once, during the post, makes it here; a
   // throw from it is not let out.)
-  void release_noexcept() noexcept {
+  void release_noexcept() noexcept { let_go(false); }
+
+  // Throws only if `may_make_here` (post_upcall()).
+  void let_go(bool may_make_here) {
     if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) != 1) return;
     if constexpr (holds_upcalls) {
       if (this->held_) {
-        post_upcall(false);
+        post_upcall(may_make_here);
         return;
       }
     }
