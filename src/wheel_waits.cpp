@@ -81,9 +81,17 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   }
   records_.reserve();
   op->set_link(canceller);
-  // Only now, with the new wait's memory had: should it not be, they stay pending.
-  if (replace) abort_waits(timer, static_cast<std::size_t>(-1));
-  if (refuses(timer)) {
+  // The waits a replacement aborts, oldest first (the box's, then the queue's). They are
+  // aborted only once the new wait is filed: filing may re-arm the driver, which may
+  // throw, and then they stay pending (aborted first, they were lost with the re-arm).
+  // The driver, armed for them, may then wake once for nothing: early, never late.
+  std::size_t replaced = 0;
+  if (replace) {
+    replaced = timer.box.empty() ? 0 : 1;
+    timer.waits.for_each([&replaced](detail::wait_op*) { ++replaced; });
+  }
+  if (refuses(timer, replaced)) {
+    if (replaced != 0) abort_waits(timer, replaced);
     settled rejected;
     settle_op(op, detail::wait_result::no_buffer_space, rejected);
     ++stats_.rejected;
@@ -91,6 +99,7 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
     return;
   }
   file_op(timer, deadline, op);
+  if (replaced != 0) abort_waits(timer, replaced);
 }
 
 void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,

@@ -335,8 +335,9 @@ class wheel_service : public boost::asio::execution_context::service {
   void unfile_wait(detail::timer_state& timer) noexcept;
   // Whether a new wait of `timer` is refused with no_buffer_space: max_pending is reached
   // and the timer's waits are not timeouts (never_refused).
-  bool refuses(const detail::timer_state& timer) const noexcept {
-    return options_.max_pending != 0 && stats_.pending >= options_.max_pending &&
+  // `leaving`: how many of the pending waits the new one replaces.
+  bool refuses(const detail::timer_state& timer, std::size_t leaving = 0) const noexcept {
+    return options_.max_pending != 0 && stats_.pending - leaving >= options_.max_pending &&
            !timer.never_refused;
   }
   // Records how a wait ended and cuts its cancellation slot loose: a later emit is a no-op.
