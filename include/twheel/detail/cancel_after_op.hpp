@@ -611,7 +611,7 @@ class cancel_after_handler {
       }
       state->release_here();
     } else {
-      take_state()->finish();
+      release_state();
     }
     std::move(handler_)(std::forward<Args>(args)...);
   }
