@@ -3,8 +3,8 @@
 #ifndef TWHEEL_DETAIL_HELD_UPCALL_HPP
 #define TWHEEL_DETAIL_HELD_UPCALL_HPP
 
+#include <twheel/detail/tracked_work.hpp>
 #include <twheel/detail/wait_ops.hpp>
-#include <twheel/wheel_service.hpp>
 
 #include <memory>
 #include <tuple>
@@ -37,7 +37,7 @@ class held_upcall {
 // the upcall is posted to it.
 template <class Handler, class Executor, class... Args>
 class held_upcall_for final : public held_upcall {
-  using work_guard = tracked_work<Executor>;  // impl/wheel_service.hpp, as a wait's
+  using work_guard = tracked_work<Executor>;  // as a wait's
 
  public:
   // Whether a handler and its arguments can be held without a throw once the memory is
