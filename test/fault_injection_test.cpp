@@ -942,6 +942,46 @@ BOOST_AUTO_TEST_CASE(periodic_timer) {
   });
 }
 
+// A new wait on a periodic timer aborts the pending one only once it is accepted, and
+// moves the grid only then: one that cannot be made leaves both as they were (the first
+// wait's abort came before the new wait's memory: a review found it).
+BOOST_AUTO_TEST_CASE(periodic_timer_rewait) {
+  for (const auto mode : {twheel::tick_mode::fixed_delay, twheel::tick_mode::fixed_rate}) {
+    for_every_allocation([mode](long n) {
+      ledger l;
+      on_fresh_context(n, [&](asio::io_context& ctx) {
+        asio::cancellation_signal signal;
+        twheel::periodic_timer tick(ctx, 1ms, mode);
+        bool waiting = false;  // a wait of `tick` is in the wheel
+        for (int i = 0; i < 24; ++i) {
+          const auto before = twheel::stats(ctx);
+          const auto next_before = tick.next_tick();
+          const int id = l.take();
+          l.accepted[id] = initiate([&] {
+            if (i % 2 == 0) {
+              tick.async_wait(small_handler(l, id));
+            } else {
+              tick.async_wait(asio::bind_cancellation_slot(signal.slot(), big_handler(l, id)));
+            }
+          });
+          const auto after = twheel::stats(ctx);
+          if (!l.accepted[id]) {
+            FI_CHECK(after.pending == before.pending);
+            FI_CHECK(after.cancelled == before.cancelled);
+            FI_CHECK((tick.next_tick() == next_before));
+          } else {
+            FI_CHECK(after.pending == 1);
+            FI_CHECK(after.cancelled == before.cancelled + (waiting ? 1 : 0));
+            waiting = true;
+          }
+        }
+        run_armed(ctx);
+      });
+      check_ledger(l);
+    });
+  }
+}
+
 // The wheel's creation: by the first timer, or by configure(). A failure leaves the
 // context as it was: configure() (or the first timer) can still be done afterwards.
 BOOST_AUTO_TEST_CASE(first_use) {

@@ -517,6 +517,25 @@ struct timer_access {
   static timer_state& state(Timer& timer) noexcept {
     return timer.state_;
   }
+  // expires_at(expiry) then async_wait(handler), except that the waits the timer has are
+  // aborted only once the new one is filed: if that throws, they and the expiry stay as
+  // they were (periodic_timer's re-wait).
+  template <class Timer, class Handler>
+  static void replace_wait(Timer& timer, const typename Timer::time_point& expiry,
+                           Handler&& handler) {
+    std::decay_t<Handler> h(std::forward<Handler>(handler));
+    // Written before the filing: once filed, the wait may complete on another thread,
+    // whose handler may re-arm the timer.
+    const typename Timer::time_point previous = std::exchange(timer.expiry_, expiry);
+    const bool had_waits = std::exchange(timer.state_.might_have_waits, true);
+    try {
+      timer.service_->async_wait(timer.state_, expiry, h, timer.get_executor(), had_waits);
+    } catch (...) {
+      timer.expiry_ = previous;
+      timer.state_.might_have_waits = had_waits;
+      throw;
+    }
+  }
 };
 
 }  // namespace detail

@@ -295,9 +295,21 @@ class basic_periodic_timer {
         throw std::logic_error(
             "twheel::periodic_timer: wait launched after the timer was destroyed");
       }
-      state->timer->expires_at(state->deadline_for_wait(clock_type::now()));
-      state->timer->async_wait(detail::periodic_wait_op<std::decay_t<Handler>, state_type>(
-          state, std::forward<Handler>(handler)));
+      // The grid moves only if the wait is accepted; the pending wait, if any, is aborted
+      // only then (detail::timer_access::replace_wait).
+      const bool started = state->started;
+      const clock_type::time_point next = state->next;
+      const clock_type::time_point deadline = state->deadline_for_wait(clock_type::now());
+      try {
+        detail::timer_access::replace_wait(
+            *state->timer, deadline,
+            detail::periodic_wait_op<std::decay_t<Handler>, state_type>(
+                state, std::forward<Handler>(handler)));
+      } catch (...) {
+        state->started = started;
+        state->next = next;
+        throw;
+      }
     }
   };
 

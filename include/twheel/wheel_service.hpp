@@ -173,14 +173,14 @@ class wheel_service : public boost::asio::execution_context::service {
   std::chrono::nanoseconds wheel_time(clock_type::time_point t) const noexcept;
 
   /// Starts a wait on `timer` until `deadline`. Handler is any wait handler; IoExecutor is
-  /// the timer's executor. Defined in impl/wheel_service.hpp.
+  /// the timer's executor. With `replace`, the wait takes the place of the waits `timer`
+  /// has, which are aborted only once it is filed: if it throws, they stay pending
+  /// (periodic_timer's re-wait). Defined in impl/wheel_service.hpp.
   template <class Handler, class IoExecutor>
   void async_wait(detail::timer_state& timer, clock_type::time_point deadline,
-                  Handler& handler, const IoExecutor& io_ex);
+                  Handler& handler, const IoExecutor& io_ex, bool replace = false);
 
-  /// As async_wait(), but the wait takes the place of the waits `timer` has: they are
-  /// aborted once the new wait's memory is had, under the lock that files it. If the new
-  /// wait cannot be started (it throws), they stay pending (idle_timer's re-wait).
+  /// As async_wait() with `replace`, always allocated (idle_timer's re-wait).
   template <class Handler, class IoExecutor>
   void replace_waits(detail::timer_state& timer, clock_type::time_point deadline,
                      Handler& handler, const IoExecutor& io_ex);
@@ -304,7 +304,7 @@ class wheel_service : public boost::asio::execution_context::service {
   template <class Boxed, class Otherwise>
   void start_in_box(detail::timer_state& timer, clock_type::time_point deadline,
                     Boxed& handler, Otherwise&& otherwise);
-  // `replace`: the timer's waits are aborted first (replace_waits()).
+  // `replace`: the new wait takes the place of the timer's waits (see start_wait()).
   template <class Handler, class IoExecutor, class Slot>
   void start_allocated_wait(detail::timer_state& timer, clock_type::time_point deadline,
                             Handler& handler, const IoExecutor& io_ex, Slot& slot,

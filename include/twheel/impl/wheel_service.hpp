@@ -167,9 +167,12 @@ bool wheel_service::runs_inline(const Executor& ex) const noexcept {
 
 template <class Handler, class IoExecutor>
 void wheel_service::async_wait(detail::timer_state& timer, clock_type::time_point deadline,
-                               Handler& handler, const IoExecutor& io_ex) {
+                               Handler& handler, const IoExecutor& io_ex, bool replace) {
   auto slot = boost::asio::get_associated_cancellation_slot(handler);
-  auto allocated = [&](Handler& h) { start_allocated_wait(timer, deadline, h, io_ex, slot); };
+  // The box takes a wait only when the timer has none (start_in_box): none to replace.
+  auto allocated = [&](Handler& h) {
+    start_allocated_wait(timer, deadline, h, io_ex, slot, replace);
+  };
   // A wait with a cancellation slot keeps an operation the slot's handler can point to.
   const bool boxable = timer.boxable && !slot.is_connected();
 
