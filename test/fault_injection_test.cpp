@@ -23,6 +23,7 @@
 #define BOOST_TEST_MODULE fault_injection
 #include <boost/test/unit_test.hpp>
 
+#include <twheel/beast/tcp_stream.hpp>
 #include <twheel/cancel_after.hpp>
 #include <twheel/idle_timer.hpp>
 #include <twheel/periodic_timer.hpp>
@@ -984,6 +985,58 @@ BOOST_AUTO_TEST_CASE(periodic_timer_rewait) {
 
 // The wheel's creation: by the first timer, or by configure(). A failure leaves the
 // context as it was: configure() (or the first timer) can still be done afterwards.
+// A tcp_stream operation whose start throws leaves no timeout behind: its timeout is
+// filed before the socket's operation is started, and was left in the wheel to close the
+// socket of a stream whose operation was never accepted (a review found it).
+BOOST_AUTO_TEST_CASE(beast_operation_refused_leaves_no_timeout) {
+  enum class kind { read, write, connect };
+  for (const kind k : {kind::read, kind::write, kind::connect}) {
+    for_every_single_failure([k](long n) {
+      ledger l;
+      asio::io_context ctx;
+      loopback lb(ctx);
+      socket_pair pair = lb.connect();
+      twheel::beast::tcp_stream stream(k == kind::connect ? asio::ip::tcp::socket(ctx)
+                                                          : std::move(pair.server));
+      (void)twheel::stats(ctx);
+      stream.expires_after(10ms);
+      std::array<char, 16> buf{};
+      const int id = l.take();
+      const auto before = twheel::stats(ctx);
+      {
+        fault_scope armed(n);
+        l.accepted[id] = initiate([&] {
+          auto h = [h = small_handler(l, id)](error_code ec, auto&&...) mutable { h(ec); };
+          if (k == kind::read) {
+            stream.async_read_some(asio::buffer(buf), std::move(h));
+          } else if (k == kind::write) {
+            stream.async_write_some(asio::buffer(buf), std::move(h));
+          } else {
+            stream.async_connect(lb.acceptor().local_endpoint(), std::move(h));
+          }
+        });
+        armed.disarm();
+      }
+      if (!l.accepted[id]) {
+        FI_CHECK(twheel::stats(ctx).pending == before.pending);
+        // A timeout left behind would fire meanwhile and close the socket.
+        const bool open = stream.socket().is_open();
+        const auto stop = std::chrono::steady_clock::now() + 30ms;
+        while (std::chrono::steady_clock::now() < stop) {
+          ctx.poll();
+          std::this_thread::sleep_for(1ms);
+        }
+        FI_CHECK(stream.socket().is_open() == open);
+      }
+      stream.socket().close();
+      pair.client.close();
+      ctx.restart();
+      ctx.run();
+      check_ledger(l);
+    });
+  }
+}
+
 BOOST_AUTO_TEST_CASE(first_use) {
   for_every_allocation([](long n) {
     ledger l;

@@ -217,6 +217,14 @@ class basic_stream {
     }
   }
 
+  // Undoes arm() for an operation that could not be started (it threw): its timeout is
+  // taken back, and one already queued finds its tick stale and closes nothing.
+  static void unarm(op_state& state) {
+    if (state.timer.expiry() == never()) return;
+    ++state.tick;
+    state.timer.cancel();
+  }
+
   template <bool IsRead, class Buffers, class Handler>
   class transfer_op : public boost::beast::async_base<Handler, Executor>,
                       public boost::asio::coroutine {
@@ -251,7 +259,7 @@ class basic_stream {
           goto upcall;
         }
         arm(impl_, state(), this->get_executor());
-        BOOST_ASIO_CORO_YIELD perform(b_);
+        BOOST_ASIO_CORO_YIELD perform_timed(b_);
         settle(state(), ec);
       upcall:
         pg_.reset();
@@ -268,6 +276,18 @@ class basic_stream {
         impl_->socket.async_read_some(b, std::move(*this));
       } else {
         impl_->socket.async_write_some(b, std::move(*this));
+      }
+    }
+
+    // perform() after arm(): `*this` may be moved from when the start throws.
+    template <class B>
+    void perform_timed(const B& b) {
+      op_state& armed = state();
+      try {
+        perform(b);
+      } catch (...) {
+        unarm(armed);
+        throw;
       }
     }
 
@@ -289,7 +309,13 @@ class basic_stream {
           pg1_(impl_->write.pending) {
       this->set_allowed_cancellation(boost::asio::cancellation_type::all);
       arm(impl_, impl_->write, this->get_executor());
-      std::forward<Start>(start)(impl_->socket, std::move(*this));  // *this is moved-from
+      op_state& armed = impl_->write;  // lives in the stream: *this is moved from below
+      try {
+        std::forward<Start>(start)(impl_->socket, std::move(*this));
+      } catch (...) {
+        unarm(armed);
+        throw;
+      }
     }
 
     template <class... Args>
