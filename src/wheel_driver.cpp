@@ -92,7 +92,8 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
     return;
   }
   // expires_at() cancels the wait we had; should async_wait() then throw, the driver is
-  // unarmed and says so, and the next ensure() arms it.
+  // unarmed and says so, and the cancelled wait, still of the wanted generation, comes
+  // as a wake-up (accept()) whose pass arms it again.
   armed_at_.reset();
   timer_armed_ = false;
   timer().expires_at(clock_time(at));
@@ -143,7 +144,7 @@ void wheel_driver::disarm() noexcept {
 }
 
 bool wheel_driver::accept(std::uint64_t generation, bool from_timer,
-                          const boost::system::error_code& ec) noexcept {
+                          const boost::system::error_code& /*ec*/) noexcept {
   // The standby expiring while it is not the wake-up: its time is no longer wanted.
   if (standby_at_ && generation == standby_generation_) {
     standby_at_.reset();
@@ -154,7 +155,10 @@ bool wheel_driver::accept(std::uint64_t generation, bool from_timer,
   woke_for_ = from_timer ? armed_at_ : std::nullopt;
   armed_at_.reset();
   if (from_timer) timer_armed_ = false;
-  return !ec;
+  // Also when cancelled (operation_aborted): only an arm() whose async_wait() threw after
+  // expires_at() cancels the wanted wait without a newer generation. Its pass arms the
+  // driver again; refused, it left the pending waits with no wake-up (a review found it).
+  return true;
 }
 
 void wheel_driver::release() noexcept {

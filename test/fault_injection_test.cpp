@@ -1037,6 +1037,37 @@ BOOST_AUTO_TEST_CASE(beast_operation_refused_leaves_no_timeout) {
   }
 }
 
+// On a context of the user's own the driver's wake-ups are not pooled: arming it for an
+// earlier wait allocates in async_wait(), after expires_at() has cancelled the armed
+// wake-up. When that fails, the new wait is refused, and the wait already pending must
+// still be woken (its wake-up was refused as cancelled: a review found it).
+BOOST_AUTO_TEST_CASE(driver_rearm_failure_keeps_pending_waits_awake) {
+  for_every_allocation([](long n) {
+    ledger l;
+    twheel_test::queue_context ctx;
+    twheel::steady_timer late(ctx.get_executor(), 20ms);
+    twheel::steady_timer early(ctx.get_executor(), 1ms);
+    (void)twheel::stats(ctx);
+    const int id_late = l.take();
+    late.async_wait(small_handler(l, id_late));
+    l.accepted[id_late] = true;
+    const int id_early = l.take();
+    {
+      fault_scope armed(n);
+      l.accepted[id_early] = initiate([&] { early.async_wait(small_handler(l, id_early)); });
+    }
+    // Drains with no injection; a lost wake-up would leave a wait pending for good (the
+    // watchdog's second only ends the test).
+    const auto give_up = std::chrono::steady_clock::now() + 1s;
+    while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
+      if (ctx.poll_one() == 0) std::this_thread::sleep_for(200us);
+    }
+    ctx.poll();
+    FI_CHECK(twheel::stats(ctx).pending == 0);
+    check_ledger(l);
+  });
+}
+
 BOOST_AUTO_TEST_CASE(first_use) {
   for_every_allocation([](long n) {
     ledger l;

@@ -48,8 +48,10 @@ class wheel_driver {
   // Makes sure a pass runs at `next` (+ slack if it is after `now`) or earlier, and, with
   // no slack, puts the standby at `following` (> next), the wake-up expected after it.
   // Throws only if the wake-up cannot be set up: its memory (then nothing changed), or
-  // Asio's timer queue growing in async_wait() after expires_at() cancelled the armed wait
-  // (then the driver is unarmed and says so). Either way the next ensure() arms it.
+  // async_wait() after expires_at() cancelled the armed wait (unpooled, or Asio's timer
+  // queue growing): then the driver is unarmed and says so, and the cancelled wait still
+  // comes as the wanted wake-up, whose pass arms it again. Either way the next ensure()
+  // arms it.
   void ensure(std::chrono::nanoseconds next, std::chrono::nanoseconds now,
               std::optional<std::chrono::nanoseconds> following = std::nullopt);
   // True if a pass is already wanted at `t` or earlier: ensure(next) with next >= t would
@@ -64,8 +66,8 @@ class wheel_driver {
   void requeue(std::chrono::nanoseconds now);
   // No pass wanted: nothing may keep run() from returning.
   void disarm() noexcept;
-  // Whether a wake-up of `generation` is the one still wanted; either way the wake-up is
-  // spent. A refused one changes nothing.
+  // Whether a wake-up of `generation` is the one still wanted (whatever its error code);
+  // either way the wake-up is spent. A refused one changes nothing.
   bool accept(std::uint64_t generation, bool from_timer,
               const boost::system::error_code& ec) noexcept;
   // The pass of the wake-up accepted last runs at `now`: how late its timer fired is
