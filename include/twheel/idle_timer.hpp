@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -317,6 +318,8 @@ class basic_idle_timer {
   }
 
  private:
+  friend struct detail::timer_access;  // the tests read the touch stamp
+
   struct initiate_wait {
     using executor_type = basic_idle_timer::executor_type;  // for Asio's adapters
     basic_idle_timer* self;
@@ -340,9 +343,11 @@ class basic_idle_timer {
     const clock_type::time_point now = clock_type::now();
     const clock_type::time_point deadline = state_.period_after(now);
     // The start counts as a touch; earlier touches do not. Written before the entry is
-    // filed, so the driver (under the lock) sees it. If the filing throws, the pending
-    // wait keeps it as a touch: later, never earlier.
-    state_.touched.store(detail::touch_epoch::exact_stamp(now), std::memory_order_relaxed);
+    // filed, so the driver (under the lock) sees it. If the wait is refused (it throws),
+    // the pending wait gets its stamp back, unless a touch() came meanwhile.
+    const std::int64_t untouched = state_.touched.load(std::memory_order_relaxed);
+    std::int64_t started = detail::touch_epoch::exact_stamp(now);
+    state_.touched.store(started, std::memory_order_relaxed);
     // Ours before the wait is filed: once it is, it may complete on another thread, whose
     // handler may start the next wait here, and nothing of *this may be written after.
     detail::idle_wait_flag* previous = std::exchange(flag_, ours.get());
@@ -351,6 +356,7 @@ class basic_idle_timer {
       service_->replace_waits(state_, deadline, op, executor_.get(service_->executor()));
     } catch (...) {
       flag_ = previous;
+      state_.touched.compare_exchange_strong(started, untouched, std::memory_order_relaxed);
       throw;  // `ours` lets go of the timer's share, the operation of its own
     }
     ours.hand_over();
