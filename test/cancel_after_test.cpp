@@ -1663,16 +1663,27 @@ BOOST_AUTO_TEST_SUITE_END()
 // ---------------------------------------------------------------------------------------
 BOOST_AUTO_TEST_SUITE(threads)
 
+// `n` loopback connections of `ctx`, each with a strand for its handlers.
+struct connections {
+  connections(asio::io_context& ctx, std::size_t n) : lb(ctx) {
+    for (std::size_t i = 0; i < n; ++i) {
+      pairs.push_back(lb.connect());
+      strands.push_back(asio::make_strand(ctx));
+    }
+  }
+  loopback lb;
+  std::vector<socket_pair> pairs;
+  std::vector<asio::strand<asio::io_context::executor_type>> strands;
+};
+
 // A context run by two threads, handlers on per-connection strands (as documented), reads
 // completing and timing out concurrently. Run under TSan too.
 BOOST_AUTO_TEST_CASE(multithreaded_context_with_strands) {
   constexpr std::size_t n = 200;
   asio::io_context ctx(2);
-  loopback lb(ctx);
-  std::vector<socket_pair> pairs;
-  for (std::size_t i = 0; i < n; ++i) pairs.push_back(lb.connect());
-  std::vector<asio::strand<asio::io_context::executor_type>> strands;
-  for (std::size_t i = 0; i < n; ++i) strands.push_back(asio::make_strand(ctx));
+  connections c(ctx, n);
+  auto& pairs = c.pairs;
+  auto& strands = c.strands;
   std::vector<std::array<char, 4>> bufs(n);
   std::vector<std::atomic<int>> calls(n);
   std::vector<std::atomic<int>> oks(n);
@@ -1714,11 +1725,9 @@ BOOST_AUTO_TEST_CASE(multithreaded_context_with_strands) {
 BOOST_AUTO_TEST_CASE(timeouts_racing_completions_free_the_state_before_the_upcall) {
   constexpr std::size_t n = 300;
   asio::io_context ctx(2);
-  loopback lb(ctx);
-  std::vector<socket_pair> pairs;
-  for (std::size_t i = 0; i < n; ++i) pairs.push_back(lb.connect());
-  std::vector<asio::strand<asio::io_context::executor_type>> strands;
-  for (std::size_t i = 0; i < n; ++i) strands.push_back(asio::make_strand(ctx));
+  connections c(ctx, n);
+  auto& pairs = c.pairs;
+  auto& strands = c.strands;
   std::vector<alloc_counters> mems(n);
   std::vector<std::array<char, 4>> bufs(n);
   std::atomic<int> calls{0};

@@ -682,6 +682,15 @@ BOOST_AUTO_TEST_CASE(cancel_after_on_a_strand) {
 
 namespace {
 
+// With no injection: runs the wheel's context, then the handlers', to the end.
+void drain_both(asio::io_context& ctx, asio::io_context& handler_ctx) {
+  ctx.restart();
+  ctx.run();
+  handler_ctx.restart();
+  handler_ctx.run();
+  FI_CHECK(twheel::stats(ctx).pending == 0);
+}
+
 // Polls `a`, then `b`, while armed (a bad_alloc out of poll() is caught), until `done()`,
 // for at most 200 rounds a millisecond apart.
 template <class Done>
@@ -744,11 +753,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_held_upcall) {
       }
       FI_CHECK(l.state[id] != alive);
       FI_CHECK(l.state[id] != 100);  // resolved twice
-      ctx.restart();
-      ctx.run();
-      handler_ctx.restart();
-      handler_ctx.run();
-      FI_CHECK(twheel::stats(ctx).pending == 0);
+      drain_both(ctx, handler_ctx);
     }
     check_ledger(l);
   });
@@ -830,11 +835,7 @@ BOOST_AUTO_TEST_CASE(cancel_after_held_upcall_posted) {
       completions.clear();
       FI_CHECK(l.state[id] != alive);
       FI_CHECK(l.state[id] != 100);  // resolved twice
-      ctx.restart();
-      ctx.run();
-      handler_ctx.restart();
-      handler_ctx.run();
-      FI_CHECK(twheel::stats(ctx).pending == 0);
+      drain_both(ctx, handler_ctx);
     }
     check_ledger(l);
   });
