@@ -881,6 +881,38 @@ BOOST_AUTO_TEST_CASE(idle_timer) {
   });
 }
 
+// Re-waits `timer` 24 times, alternately with a boxed handler and with one bound to
+// `signal`'s slot. A refused re-wait must change nothing (`mark()`, what the timer keeps
+// for its pending wait, included); an accepted one aborts the wait pending before it.
+template <class Timer, class Mark>
+void rewait_24_times(asio::io_context& ctx, ledger& l, Timer& timer,
+                     asio::cancellation_signal& signal, Mark mark) {
+  bool waiting = false;  // a wait of `timer` is in the wheel
+  for (int i = 0; i < 24; ++i) {
+    const auto before = twheel::stats(ctx);
+    const auto marked = mark();
+    const int id = l.take();
+    l.accepted[id] = initiate([&] {
+      if (i % 2 == 0) {
+        timer.async_wait(small_handler(l, id));
+      } else {
+        timer.async_wait(asio::bind_cancellation_slot(signal.slot(), big_handler(l, id)));
+      }
+    });
+    const auto after = twheel::stats(ctx);
+    if (!l.accepted[id]) {
+      FI_CHECK(after.pending == before.pending);
+      FI_CHECK(after.cancelled == before.cancelled);
+      FI_CHECK((mark() == marked));
+    } else {
+      FI_CHECK(after.pending == 1);
+      FI_CHECK(after.cancelled == before.cancelled + (waiting ? 1 : 0));
+      waiting = true;
+    }
+    std::this_thread::sleep_for(1us);  // the next start's stamp or tick differs
+  }
+}
+
 // A new wait on an idle timer aborts the pending one only once it is accepted: one that
 // cannot be made (its flag, its operation, the forwarder into the caller's slot, its
 // record, the driver's wake-up) leaves the pending wait in the wheel, and nothing leaks
@@ -897,30 +929,8 @@ BOOST_AUTO_TEST_CASE(idle_timer_rewait) {
       twheel::idle_timer idle(ctx, 1ms);
       const auto& entry =
           static_cast<const twheel::detail::idle_entry&>(twheel::detail::timer_access::state(idle));
-      bool waiting = false;  // a wait of `idle` is in the wheel
-      for (int i = 0; i < 24; ++i) {
-        const auto before = twheel::stats(ctx);
-        const std::int64_t touched = entry.touched.load();
-        const int id = l.take();
-        l.accepted[id] = initiate([&] {
-          if (i % 2 == 0) {
-            idle.async_wait(small_handler(l, id));
-          } else {
-            idle.async_wait(asio::bind_cancellation_slot(signal.slot(), big_handler(l, id)));
-          }
-        });
-        const auto after = twheel::stats(ctx);
-        if (!l.accepted[id]) {
-          FI_CHECK(after.pending == before.pending);
-          FI_CHECK(after.cancelled == before.cancelled);
-          FI_CHECK(entry.touched.load() == touched);  // the pending wait is not put off
-        } else {
-          FI_CHECK(after.pending == 1);
-          FI_CHECK(after.cancelled == before.cancelled + (waiting ? 1 : 0));
-          waiting = true;
-        }
-        std::this_thread::sleep_for(1us);  // the next start's stamp differs
-      }
+      // A refused re-wait does not put the pending wait off.
+      rewait_24_times(ctx, l, idle, signal, [&] { return entry.touched.load(); });
       run_armed(ctx);
     });
     check_ledger(l);
@@ -961,29 +971,7 @@ BOOST_AUTO_TEST_CASE(periodic_timer_rewait) {
       on_fresh_context(n, [&](asio::io_context& ctx) {
         asio::cancellation_signal signal;
         twheel::periodic_timer tick(ctx, 1ms, mode);
-        bool waiting = false;  // a wait of `tick` is in the wheel
-        for (int i = 0; i < 24; ++i) {
-          const auto before = twheel::stats(ctx);
-          const auto next_before = tick.next_tick();
-          const int id = l.take();
-          l.accepted[id] = initiate([&] {
-            if (i % 2 == 0) {
-              tick.async_wait(small_handler(l, id));
-            } else {
-              tick.async_wait(asio::bind_cancellation_slot(signal.slot(), big_handler(l, id)));
-            }
-          });
-          const auto after = twheel::stats(ctx);
-          if (!l.accepted[id]) {
-            FI_CHECK(after.pending == before.pending);
-            FI_CHECK(after.cancelled == before.cancelled);
-            FI_CHECK((tick.next_tick() == next_before));
-          } else {
-            FI_CHECK(after.pending == 1);
-            FI_CHECK(after.cancelled == before.cancelled + (waiting ? 1 : 0));
-            waiting = true;
-          }
-        }
+        rewait_24_times(ctx, l, tick, signal, [&] { return tick.next_tick(); });
         run_armed(ctx);
       });
       check_ledger(l);
@@ -991,8 +979,6 @@ BOOST_AUTO_TEST_CASE(periodic_timer_rewait) {
   }
 }
 
-// The wheel's creation: by the first timer, or by configure(). A failure leaves the
-// context as it was: configure() (or the first timer) can still be done afterwards.
 // A tcp_stream operation whose start throws leaves no timeout behind: its timeout is
 // filed before the socket's operation is started, and was left in the wheel to close the
 // socket of a stream whose operation was never accepted (a review found it).
@@ -1076,6 +1062,8 @@ BOOST_AUTO_TEST_CASE(driver_rearm_failure_keeps_pending_waits_awake) {
   });
 }
 
+// The wheel's creation: by the first timer, or by configure(). A failure leaves the
+// context as it was: configure() (or the first timer) can still be done afterwards.
 BOOST_AUTO_TEST_CASE(first_use) {
   for_every_allocation([](long n) {
     ledger l;
