@@ -217,14 +217,6 @@ class basic_stream {
     }
   }
 
-  // Undoes arm() for an operation that could not be started (it threw): its timeout is
-  // taken back, and one already queued finds its tick stale and closes nothing.
-  static void unarm(op_state& state) {
-    if (state.timer.expiry() == never()) return;
-    ++state.tick;
-    state.timer.cancel();
-  }
-
   template <bool IsRead, class Buffers, class Handler>
   class transfer_op : public boost::beast::async_base<Handler, Executor>,
                       public boost::asio::coroutine {
@@ -279,14 +271,17 @@ class basic_stream {
       }
     }
 
-    // perform() after arm(): `*this` may be moved from when the start throws.
+    // perform() after arm(). If the start throws, the timeout is settled as at a
+    // completion, its result unused: taken back, or found stale if already queued.
+    // `*this` may be moved from by then.
     template <class B>
     void perform_timed(const B& b) {
       op_state& armed = state();
       try {
         perform(b);
       } catch (...) {
-        unarm(armed);
+        error_code unused;
+        settle(armed, unused);
         throw;
       }
     }
@@ -313,7 +308,8 @@ class basic_stream {
       try {
         std::forward<Start>(start)(impl_->socket, std::move(*this));
       } catch (...) {
-        unarm(armed);
+        error_code unused;  // as perform_timed()
+        settle(armed, unused);
         throw;
       }
     }
