@@ -215,9 +215,8 @@ void wheel_service::disarm_driver() noexcept {
   if (driver_) driver_->disarm();
 }
 
-void wheel_service::wake(void* self, std::uint64_t generation, bool from_timer,
-                         const boost::system::error_code& ec) {
-  static_cast<wheel_service*>(self)->on_driver(generation, from_timer, ec);
+void wheel_service::wake(void* self, std::uint64_t generation, bool from_timer) {
+  static_cast<wheel_service*>(self)->on_driver(generation, from_timer);
 }
 
 // Entries of an early cascade (a crowded coarse slot walked ahead of its start) walked per
@@ -273,12 +272,11 @@ bool wheel_service::settle_due(void* pass, wheel_entry& entry) noexcept {
 // A driver pass: detaches the due timers and settles their waits; the first handler runs
 // as this operation's own (so that a pass is one operation of the context with one
 // handler, as an expiring Asio timer is), the others go to the context.
-void wheel_service::on_driver(std::uint64_t generation, bool from_timer,
-                              const boost::system::error_code& ec) {
+void wheel_service::on_driver(std::uint64_t generation, bool from_timer) {
   detail::completion* first = nullptr;
   {
     lock_type lock(mutex_);
-    if (shut_down_ || !driver_->accept(generation, from_timer, ec)) return;
+    if (shut_down_ || !driver_->accept(generation, from_timer)) return;
     ++stats_.wakeups;
     const clock_type::time_point clock_now = clock_type::now();
     if (keeps_touch_epoch()) epoch().pass(clock_now);  // before any stamp is read

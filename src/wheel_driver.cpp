@@ -3,6 +3,7 @@
 
 #include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/system/error_code.hpp>
 
 #include <utility>
 
@@ -14,8 +15,9 @@ class wheel_driver::timer_handler {
   timer_handler(wheel_driver* d, std::uint64_t generation) noexcept
       : driver_(d), generation_(generation) {}
   allocator_type get_allocator() const noexcept { return allocator_type(driver_->pool_); }
-  void operator()(const boost::system::error_code& ec) {
-    driver_->pass_(driver_->owner_, generation_, true, ec);
+  // Cancelled or not: accept() decides by the generation alone.
+  void operator()(const boost::system::error_code&) {
+    driver_->pass_(driver_->owner_, generation_, true);
   }
 
  private:
@@ -81,7 +83,7 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
     boost::asio::post(executor_,
                       boost::asio::bind_allocator(pool_allocator<void>(pool_),
                                                   [this, generation] {
-                                                    pass_(owner_, generation, false, {});
+                                                    pass_(owner_, generation, false);
                                                   }));
     generation_ = issue();
     armed_at_ = at;
@@ -143,8 +145,7 @@ void wheel_driver::disarm() noexcept {
   cancel_standby();  // nothing may keep run() from returning
 }
 
-bool wheel_driver::accept(std::uint64_t generation, bool from_timer,
-                          const boost::system::error_code& /*ec*/) noexcept {
+bool wheel_driver::accept(std::uint64_t generation, bool from_timer) noexcept {
   // The standby expiring while it is not the wake-up: its time is no longer wanted.
   if (standby_at_ && generation == standby_generation_) {
     standby_at_.reset();

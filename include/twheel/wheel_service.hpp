@@ -404,9 +404,8 @@ class wheel_service : public boost::asio::execution_context::service {
   detail::completion* keep_first(settled& batch) noexcept;
   void flush_aborted(bool invoke);
   void ensure_driver();
-  static void wake(void* self, std::uint64_t generation, bool from_timer,
-                   const boost::system::error_code& ec);
-  void on_driver(std::uint64_t generation, bool from_timer, const boost::system::error_code& ec);
+  static void wake(void* self, std::uint64_t generation, bool from_timer);
+  void on_driver(std::uint64_t generation, bool from_timer);
   bool refile_idle(detail::timer_state& timer, std::chrono::nanoseconds now) noexcept;
   // A pass's walk of the due timers (timing_wheel::due_visitor, `pass` a due_pass).
   struct due_pass;

@@ -6,7 +6,6 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/system/error_code.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -34,8 +33,7 @@ class wheel_driver {
  public:
   using clock_type = std::chrono::steady_clock;
   // Called for every wake-up, outside any lock; the owner takes its lock and asks accept().
-  using pass_fn = void (*)(void* owner, std::uint64_t generation, bool from_timer,
-                           const boost::system::error_code& ec);
+  using pass_fn = void (*)(void* owner, std::uint64_t generation, bool from_timer);
 
   // `origin`: the clock time of wheel time 0. `slack`: how late a future wake-up may be
   // put so that it takes more with it (wheel_options::slack). `pooled`: the wake-ups'
@@ -66,10 +64,9 @@ class wheel_driver {
   void requeue(std::chrono::nanoseconds now);
   // No pass wanted: nothing may keep run() from returning.
   void disarm() noexcept;
-  // Whether a wake-up of `generation` is the one still wanted (whatever its error code);
-  // either way the wake-up is spent. A refused one changes nothing.
-  bool accept(std::uint64_t generation, bool from_timer,
-              const boost::system::error_code& ec) noexcept;
+  // Whether a wake-up of `generation` is the one still wanted, cancelled or not; either
+  // way the wake-up is spent. A refused one changes nothing.
+  bool accept(std::uint64_t generation, bool from_timer) noexcept;
   // The pass of the wake-up accepted last runs at `now`: how late its timer fired is
   // kept as the expected lateness of the next (see expected_lateness()).
   void note_pass(std::chrono::nanoseconds now) noexcept {
