@@ -15,10 +15,11 @@ void wheel_service::file_wait(detail::timer_state& timer, std::chrono::nanosecon
   if (!driver_->wanted_by(floor)) ensure_driver();
 }
 
-// Undoes file_wait() for a wait that was not accepted after all.
-void wheel_service::unfile_wait(detail::timer_state& timer) noexcept {
+// Undoes file_wait() for a wait that was not accepted after all. `was_filed`: the timer
+// had a place in the wheel before (kept after cancel()), which it keeps, as cancel() does.
+void wheel_service::unfile_wait(detail::timer_state& timer, bool was_filed) noexcept {
   --stats_.pending;
-  if (!timer.has_waits()) wheel_.remove(timer);
+  if (!was_filed && !timer.has_waits()) wheel_.remove(timer);
   records_.unreserve();
 }
 
@@ -26,13 +27,14 @@ void wheel_service::unfile_wait(detail::timer_state& timer) noexcept {
 // cuts its cancellation slot loose) before rethrowing, so the caller still owns it.
 void wheel_service::file_op(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                             detail::wait_op* op) {
+  const bool was_filed = timer.is_pending();
   timer.waits.push(op);
   try {
     file_wait(timer, deadline);
   } catch (...) {
     timer.waits.erase(op);
     op->set_link(nullptr);
-    unfile_wait(timer);
+    unfile_wait(timer, was_filed);
     throw;
   }
 }
@@ -56,12 +58,13 @@ bool wheel_service::start_boxed_wait(detail::timer_state& timer,
     hand_over(rejected);
     return true;
   }
+  const bool was_filed = timer.is_pending();
   timer.box.take(handler);
   try {
     file_wait(timer, deadline);
   } catch (...) {
     handler.take(timer.box);
-    unfile_wait(timer);
+    unfile_wait(timer, was_filed);
     throw;
   }
   return true;

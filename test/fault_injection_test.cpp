@@ -347,14 +347,16 @@ void for_every_single_failure(Scenario scenario) {
 // `accepted` says whether async_wait took it. Checks that a refused
 // wait changed nothing.
 template <class Timer, class Handler>
-void wait_on(Timer& t, asio::io_context& ctx, ledger& l, const int& id, Handler&& h) {
+void wait_on(Timer& t, asio::execution_context& ctx, ledger& l, const int& id, Handler&& h) {
   const auto expiry = t.expiry();
   const auto pending = twheel::stats(ctx).pending;
+  const auto timers = twheel::stats(ctx).timers;
   l.accepted[id] = initiate([&] { t.async_wait(std::forward<Handler>(h)); });
   if (!l.accepted[id]) {
     FI_CHECK(l.state[id] == destroyed);
     FI_CHECK((t.expiry() == expiry));
     FI_CHECK(twheel::stats(ctx).pending == pending);
+    FI_CHECK(twheel::stats(ctx).timers == timers);
   }
 }
 
@@ -1060,6 +1062,38 @@ BOOST_AUTO_TEST_CASE(driver_rearm_failure_keeps_pending_waits_awake) {
     FI_CHECK(twheel::stats(ctx).pending == 0);
     check_ledger(l);
   });
+}
+
+// A timer whose waits were cancelled keeps its place in the wheel (cancel() spares its
+// neighbours). A new wait refused because the driver could not be armed for it leaves
+// that place as it was: the refusal took the timer out, and stats().timers dropped by one
+// (a review found it). On a context of the user's own, where arming allocates.
+BOOST_AUTO_TEST_CASE(refused_wait_keeps_a_cancelled_timers_place) {
+  for (const auto expiry : {1ms, 50ms}) {  // earlier than the kept place, and later
+    for_every_allocation([expiry](long n) {
+      ledger l;
+      twheel_test::queue_context ctx;
+      twheel::steady_timer t(ctx.get_executor(), 20ms);
+      int id = l.take();
+      t.async_wait(small_handler(l, id));
+      l.accepted[id] = true;
+      t.cancel();  // no wait left: the driver is disarmed, the place kept
+      ctx.poll();
+      FI_CHECK(twheel::stats(ctx).timers == 1);
+      t.expires_after(expiry);
+      {
+        fault_scope armed(n);
+        wait_on(t, ctx, l, id, make<small_handler>(l, id));
+      }
+      const auto give_up = std::chrono::steady_clock::now() + 1s;
+      while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
+        if (ctx.poll_one() == 0) std::this_thread::sleep_for(200us);
+      }
+      ctx.poll();
+      FI_CHECK(twheel::stats(ctx).pending == 0);
+      check_ledger(l);
+    });
+  }
 }
 
 // The wheel's creation: by the first timer, or by configure(). A failure leaves the

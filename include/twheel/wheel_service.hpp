@@ -332,7 +332,7 @@ class wheel_service : public boost::asio::execution_context::service {
   // (bad_alloc) with nothing filed and the lock still held.
   void schedule_locked(lock_type& lock, detail::timer_state& timer,
                        std::chrono::nanoseconds deadline, detail::wait_op* op);
-  void unfile_wait(detail::timer_state& timer) noexcept;
+  void unfile_wait(detail::timer_state& timer, bool was_filed) noexcept;
   // Whether a new wait of `timer` is refused with no_buffer_space: max_pending is reached
   // and the timer's waits are not timeouts (never_refused).
   // `leaving`: how many of the pending waits the new one replaces.
