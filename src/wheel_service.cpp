@@ -85,9 +85,17 @@ void wheel_service::use_touch_epoch() {
   // A driver armed before this wheel kept the epoch was armed without its tick: the
   // generation in progress (stamped, if other wheels' touches made it so) would otherwise
   // end only at this wheel's next expiry, however far, and bound this wheel's touches.
-  // Throws as ensure_driver() may (then the constructor fails; the flag stays set, and
-  // the next ensure_driver() arms for the tick).
-  if (driver_ && !shut_down_ && stats_.pending != 0) ensure_driver();
+  // Throws as ensure_driver() may: then the constructor fails and no idle timer of this
+  // wheel exists, so the flag is taken back (kept, it would wake the driver each tick
+  // while waits are pending). Those waits keep their wake-up (wheel_driver::accept()).
+  if (driver_ && !shut_down_ && stats_.pending != 0) {
+    try {
+      ensure_driver();
+    } catch (...) {
+      epoch_in_use_.store(false, std::memory_order_relaxed);
+      throw;
+    }
+  }
 }
 
 std::chrono::nanoseconds wheel_service::wheel_time(clock_type::time_point t) const noexcept {

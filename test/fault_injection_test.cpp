@@ -1096,6 +1096,31 @@ BOOST_AUTO_TEST_CASE(refused_wait_keeps_a_cancelled_timers_place) {
   }
 }
 
+// The first idle timer of a wheel makes its driver keep the touch epoch, and re-arms a
+// driver already armed for the epoch's tick. When that re-arm cannot be made the
+// construction fails, and the wheel does not keep the epoch: no idle timer of it exists,
+// and a kept epoch would wake its driver each tick while it has waits (a review found
+// it). On a context of the user's own, where arming allocates.
+BOOST_AUTO_TEST_CASE(refused_idle_timer_leaves_the_epoch_unkept) {
+  for_every_allocation([](long n) {
+    ledger l;
+    twheel_test::queue_context ctx;
+    twheel::steady_timer far(ctx.get_executor(), 10s);
+    const int id = l.take();
+    far.async_wait(small_handler(l, id));  // the driver armed for 10 s
+    l.accepted[id] = true;
+    bool made = false;
+    {
+      fault_scope armed(n);
+      made = initiate([&] { twheel::idle_timer idle(ctx.get_executor(), 1s); });
+    }
+    FI_CHECK(twheel::wheel_service::of(ctx).keeps_touch_epoch() == made);
+    far.cancel();
+    ctx.poll();
+    check_ledger(l);
+  });
+}
+
 // The wheel's creation: by the first timer, or by configure(). A failure leaves the
 // context as it was: configure() (or the first timer) can still be done afterwards.
 BOOST_AUTO_TEST_CASE(first_use) {
