@@ -113,7 +113,7 @@ void readme_configure() {
   // [snippet: readme-configure]
   twheel::configure(io_context, twheel::wheel_options{.max_pending = 1'000'000,
                                                       .slack = std::chrono::microseconds(50)});
-  auto s = twheel::stats(io_context);   // pending, timers, fired, cancelled, rejected, cascaded, wakeups
+  auto s = twheel::stats(io_context);  // pending, timers, fired, cancelled, rejected, ...
   // [snippet-end]
   check(s.pending == 0 && s.timers == 0 && s.fired == 0,
         "readme-configure: a fresh wheel has zero stats");
