@@ -187,7 +187,7 @@ void wheel_service::ensure_driver() {
   // Every wheel that keeps the epoch wakes by tick_at() (+ its slack) while it has waits
   // pending (use_touch_epoch() re-arms a driver armed before); the first to pass starts
   // the next generation, the others find it started and arm for its tick_at().
-  if (keeps_touch_epoch()) {
+  if (epoch_in_use_) {
     const auto tick = wheel_time(epoch().tick_at());
     if (!next || tick < *next) next = tick;
   }
@@ -279,7 +279,7 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer) {
     if (shut_down_ || !driver_->accept(generation, from_timer)) return;
     ++stats_.wakeups;
     const clock_type::time_point clock_now = clock_type::now();
-    if (keeps_touch_epoch()) epoch().pass(clock_now);  // before any stamp is read
+    if (epoch_in_use_) epoch().pass(clock_now);  // before any stamp is read
     std::chrono::nanoseconds now = wheel_time(clock_now);
     driver_->note_pass(now);
     // Entries examined so far: each one examined is either detached or re-filed (a slot

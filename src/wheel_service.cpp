@@ -76,26 +76,29 @@ wheel_service::~wheel_service() {
 }
 
 void wheel_service::use_touch_epoch() {
-  if (epoch_in_use_.load(std::memory_order_relaxed)) return;
+  if (epoch_kept_.load(std::memory_order_relaxed)) return;
   epoch().enable();  // the epoch's own lock; once per process it allocates
   lock_type lock(mutex_);
-  if (epoch_in_use_.load(std::memory_order_relaxed)) return;
+  if (epoch_in_use_) return;
   // Seen by every ensure_driver() and pass from now on (the service's lock orders them).
-  epoch_in_use_.store(true, std::memory_order_relaxed);
+  epoch_in_use_ = true;
   // A driver armed before this wheel kept the epoch was armed without its tick: the
   // generation in progress (stamped, if other wheels' touches made it so) would otherwise
   // end only at this wheel's next expiry, however far, and bound this wheel's touches.
   // Throws as ensure_driver() may: then the constructor fails and no idle timer of this
   // wheel exists, so the flag is taken back (kept, it would wake the driver each tick
   // while waits are pending). Those waits keep their wake-up (wheel_driver::accept()).
+  // Under the lock throughout, so no other idle timer saw it set meanwhile: they read
+  // epoch_kept_, set only once the epoch is kept for good.
   if (driver_ && !shut_down_ && stats_.pending != 0) {
     try {
       ensure_driver();
     } catch (...) {
-      epoch_in_use_.store(false, std::memory_order_relaxed);
+      epoch_in_use_ = false;
       throw;
     }
   }
+  epoch_kept_.store(true, std::memory_order_relaxed);
 }
 
 std::chrono::nanoseconds wheel_service::wheel_time(clock_type::time_point t) const noexcept {

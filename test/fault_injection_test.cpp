@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -1119,6 +1120,66 @@ BOOST_AUTO_TEST_CASE(refused_idle_timer_leaves_the_epoch_unkept) {
     ctx.poll();
     check_ledger(l);
   });
+}
+
+// The same, with another thread making an idle timer of the same wheel meanwhile, as
+// soon as the wheel says it keeps the epoch. A wheel must never say so while the first
+// idle timer's construction can still fail, nor stop keeping it once an idle timer
+// exists: the flag, taken back, was read unlocked by the other constructor in between,
+// which then made an idle timer on a wheel that did not keep the epoch (a review found
+// it). The other thread has no countdown: only this thread's allocations fail.
+BOOST_AUTO_TEST_CASE(idle_timer_racing_a_refused_first_one) {
+  {
+    twheel_test::queue_context warm;  // the process's epoch is made once: not here
+    twheel::idle_timer idle(warm.get_executor(), 1s);
+  }
+  // The allocation at which the construction fails at the driver's re-arm: its last one.
+  long refusing = 0;
+  for (long n = 1; n <= 64; ++n) {
+    twheel_test::queue_context ctx;
+    twheel::steady_timer far(ctx.get_executor(), 10s);
+    far.async_wait([](error_code) {});
+    bool made = false;
+    {
+      fault_scope armed(n);
+      made = initiate([&] { twheel::idle_timer idle(ctx.get_executor(), 1s); });
+    }
+    far.cancel();
+    ctx.poll();
+    if (made) break;
+    refusing = n;
+  }
+  BOOST_TEST_REQUIRE(refusing != 0);
+  for (int i = 0; i < 200; ++i) {
+    twheel_test::queue_context ctx;
+    twheel::steady_timer far(ctx.get_executor(), 10s);
+    far.async_wait([](error_code) {});
+    auto& service = twheel::wheel_service::of(ctx);
+    std::atomic<bool> ready{false}, stop{false};
+    std::optional<twheel::idle_timer> other;
+    std::thread racer([&] {
+      ready.store(true);
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (service.keeps_touch_epoch()) {
+          other.emplace(ctx.get_executor(), 1s);
+          return;
+        }
+      }
+    });
+    while (!ready.load()) std::this_thread::yield();
+    bool made = false;
+    {
+      fault_scope armed(refusing);
+      made = initiate([&] { twheel::idle_timer idle(ctx.get_executor(), 1s); });
+    }
+    stop.store(true);
+    racer.join();
+    BOOST_TEST((made || !other));  // no idle timer while the first one's was refused
+    BOOST_TEST(service.keeps_touch_epoch() == (made || other.has_value()));
+    other.reset();
+    far.cancel();
+    ctx.poll();
+  }
 }
 
 // The wheel's creation: by the first timer, or by configure(). A failure leaves the

@@ -270,7 +270,7 @@ class wheel_service : public boost::asio::execution_context::service {
   void use_touch_epoch();
   /// Whether this wheel has had an idle timer: its driver then keeps the epoch going.
   bool keeps_touch_epoch() const noexcept {
-    return epoch_in_use_.load(std::memory_order_relaxed);
+    return epoch_kept_.load(std::memory_order_relaxed);
   }
 
   /// True when the wheel takes its lock (see wheel_options::single_threaded).
@@ -450,7 +450,11 @@ class wheel_service : public boost::asio::execution_context::service {
   bool shut_down_ = false;
   std::optional<detail::wheel_driver> driver_;  // made by the first attach
   wheel_stats stats_;
-  std::atomic<bool> epoch_in_use_{false};      // an idle timer was made: set once
+  // An idle timer was made: set once. epoch_in_use_ is read under the lock (by
+  // ensure_driver() and the passes); epoch_kept_, set once the first idle timer's
+  // construction can no longer fail there, by the later ones' constructors without it.
+  bool epoch_in_use_ = false;
+  std::atomic<bool> epoch_kept_{false};
 };
 
 }  // namespace twheel
