@@ -177,6 +177,13 @@ timing_wheel::duration timing_wheel::reschedule(wheel_entry& entry, duration dea
   return insert_tick(entry, tick);
 }
 
+void timing_wheel::undo_reschedule(wheel_entry& entry, std::uint64_t tick) noexcept {
+  assert(entry.is_pending() && "twheel: undo_reschedule() of an entry that is not pending");
+  // Later than the reschedule's deadline: its slot (or overdue_) is examined when due and
+  // the entry re-filed from there. Not later: the reschedule only stored its deadline.
+  entry.deadline_ = tick;
+}
+
 bool timing_wheel::remove(wheel_entry& entry) noexcept {
   const std::uint16_t where = entry.where_;
   if (where == detail::where_idle) return false;

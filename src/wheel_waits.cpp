@@ -28,6 +28,7 @@ void wheel_service::unfile_wait(detail::timer_state& timer, bool was_filed) noex
 void wheel_service::file_op(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                             detail::wait_op* op) {
   const bool was_filed = timer.is_pending();
+  const std::uint64_t filed_tick = timer.deadline_tick();
   timer.waits.push(op);
   try {
     file_wait(timer, deadline);
@@ -35,6 +36,8 @@ void wheel_service::file_op(detail::timer_state& timer, std::chrono::nanoseconds
     timer.waits.erase(op);
     op->set_link(nullptr);
     unfile_wait(timer, was_filed);
+    // The waits it has (a replacement's) stay at their deadline, not the refused one's.
+    if (was_filed) wheel_.undo_reschedule(timer, filed_tick);
     throw;
   }
 }
@@ -58,7 +61,7 @@ bool wheel_service::start_boxed_wait(detail::timer_state& timer,
     hand_over(rejected);
     return true;
   }
-  const bool was_filed = timer.is_pending();
+  const bool was_filed = timer.is_pending();  // a kept place: no wait to keep on time
   timer.box.take(handler);
   try {
     file_wait(timer, deadline);

@@ -45,6 +45,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -1179,6 +1180,64 @@ BOOST_AUTO_TEST_CASE(idle_timer_racing_a_refused_first_one) {
     other.reset();
     far.cancel();
     ctx.poll();
+  }
+}
+
+// A re-wait that replaces the pending wait (idle_timer's, and periodic_timer's through
+// timer_access::replace_wait) moves the timer's entry to the new deadline before the
+// driver is armed for it. When that arming fails, the re-wait is refused and the pending
+// wait stays: at its own deadline, not the refused one's, later (a review found it). The
+// driver needs arming there only when an earlier failure left it unarmed (`early`'s
+// wait), on a context of the user's own, where arming allocates.
+BOOST_AUTO_TEST_CASE(refused_rewait_keeps_the_pending_waits_deadline) {
+  for (const bool idle_kind : {true, false}) {
+    for (long n = 1; n <= 6; ++n) {
+      for (long m = 1; m <= 6; ++m) {
+        ledger l;
+        twheel_test::queue_context ctx;
+        twheel::idle_timer idle(ctx.get_executor(), 60ms);
+        twheel::steady_timer plain(ctx.get_executor(), 60ms);
+        twheel::steady_timer early(ctx.get_executor(), 5ms);
+        const twheel::wheel_entry& entry = idle_kind
+                                               ? twheel::detail::timer_access::state(idle)
+                                               : twheel::detail::timer_access::state(plain);
+        const auto rewait = [&](auto handler) {
+          if (idle_kind) {
+            idle.async_wait(std::move(handler));
+          } else {
+            twheel::detail::timer_access::replace_wait(
+                plain, std::chrono::steady_clock::now() + 60ms, std::move(handler));
+          }
+        };
+        int id = l.take();
+        rewait(small_handler(l, id));
+        l.accepted[id] = true;
+        ctx.poll();
+        id = l.take();
+        {
+          fault_scope armed(n);
+          l.accepted[id] = initiate([&] { early.async_wait(small_handler(l, id)); });
+        }
+        std::this_thread::sleep_for(1ms);  // the re-wait's deadline is a later tick
+        const std::uint64_t tick = entry.deadline_tick();
+        id = l.take();
+        {
+          fault_scope armed(m);
+          l.accepted[id] = initiate([&] { rewait(small_handler(l, id)); });
+        }
+        if (!l.accepted[id]) FI_CHECK(entry.deadline_tick() == tick);
+        idle.cancel();
+        plain.cancel();
+        early.cancel();
+        const auto give_up = std::chrono::steady_clock::now() + 1s;
+        while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
+          if (ctx.poll_one() == 0) std::this_thread::sleep_for(200us);
+        }
+        ctx.poll();
+        FI_CHECK(twheel::stats(ctx).pending == 0);
+        check_ledger(l);
+      }
+    }
   }
 }
 

@@ -91,6 +91,17 @@ class harness {
     check_counters();
   }
 
+  // Undoes the reschedule() just made of `e`, which had `deadline` before it.
+  void undo_reschedule(item& e, ns deadline) {
+    const std::size_t size_before = wheel.size();
+    wheel.undo_reschedule(e, wheel.deadline_tick(deadline));
+    requested_[&e] = deadline;
+    BOOST_TEST(e.is_pending());
+    BOOST_TEST(e.deadline_tick() == wheel.deadline_tick(deadline));
+    BOOST_TEST(wheel.size() == size_before);
+    check_counters();
+  }
+
   bool remove(item& e) {
     const std::size_t size_before = wheel.size();
     const std::uint64_t removed_before = wheel.counters().removed;
@@ -680,6 +691,25 @@ BOOST_AUTO_TEST_CASE(later_while_waiting_in_the_due_list) {
   BOOST_TEST(e.is_pending());
   BOOST_TEST(h.advance_ids(70ms - ns(1)).empty());
   BOOST_TEST(h.advance_ids(70ms) == std::vector<int>{1});
+}
+
+// A refused wait's reschedule() undone (wheel_service): the entry comes due at its old
+// deadline, never at the undone one's and never earlier, whichever way it had moved.
+BOOST_AUTO_TEST_CASE(undone_later_or_earlier) {
+  for (const ns undone : {ns(300ms), ns(40ms), ns(20ms)}) {  // 20 ms is past: the due list
+    item e, other;
+    harness h({}, 30ms);
+    e.id = 1;
+    other.id = 2;
+    h.insert(e, 100ms);
+    h.insert(other, 50ms);
+    h.reschedule(e, undone);
+    h.undo_reschedule(e, 100ms);
+    BOOST_TEST(h.advance_ids(50ms) == std::vector<int>{2});
+    BOOST_TEST(h.advance_ids(100ms - ns(1)).empty());
+    BOOST_TEST(h.advance_ids(100ms) == std::vector<int>{1});
+    BOOST_TEST(h.advance_ids(400ms).empty());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(same_deadline_is_a_no_op) {

@@ -227,6 +227,13 @@ class timing_wheel {
   /// @returns As insert(); duration::max() when the deadline only moved later.
   duration reschedule(wheel_entry& entry, duration deadline) noexcept;
 
+  /// Undoes the reschedule() just made of a pending entry whose deadline tick was `tick`
+  /// before it (its deadline_tick() then). Where that reschedule re-filed the entry earlier,
+  /// it stays there with its old deadline stored, as after a later reschedule(): its slot
+  /// still comes due no later than the deadline. Nothing else may have moved the entry in
+  /// between. O(1).
+  void undo_reschedule(wheel_entry& entry, std::uint64_t tick) noexcept;
+
   /// Takes an entry out of the wheel, or out of the caller's list it was detached into.
   /// Returns true if it was pending in the wheel. Idle entries are left alone. O(1).
   bool remove(wheel_entry& entry) noexcept;
