@@ -20,6 +20,7 @@
 // allowed, as with Asio: run() is called again.
 //
 // Single-threaded on purpose: the countdown is per thread, so a run is deterministic.
+// (idle_timer_racing_a_refused_first_one adds a thread, whose allocations never fail.)
 #define BOOST_TEST_MODULE fault_injection
 #include <boost/test/unit_test.hpp>
 
