@@ -1036,6 +1036,19 @@ BOOST_AUTO_TEST_CASE(beast_operation_refused_leaves_no_timeout) {
   }
 }
 
+namespace {
+// Runs a context of the user's own, with no injection, until no wait is pending: a lost
+// wake-up would leave a wait pending for good (the second only ends the test).
+void drain_awake(twheel_test::queue_context& ctx) {
+  const auto give_up = std::chrono::steady_clock::now() + 1s;
+  while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
+    if (ctx.poll_one() == 0) std::this_thread::sleep_for(200us);
+  }
+  ctx.poll();
+  FI_CHECK(twheel::stats(ctx).pending == 0);
+}
+}  // namespace
+
 // On a context of the user's own the driver's wake-ups are not pooled: arming it for an
 // earlier wait allocates in async_wait(), after expires_at() has cancelled the armed
 // wake-up. When that fails, the new wait is refused, and the wait already pending must
@@ -1055,14 +1068,7 @@ BOOST_AUTO_TEST_CASE(driver_rearm_failure_keeps_pending_waits_awake) {
       fault_scope armed(n);
       l.accepted[id_early] = initiate([&] { early.async_wait(small_handler(l, id_early)); });
     }
-    // Drains with no injection; a lost wake-up would leave a wait pending for good (the
-    // watchdog's second only ends the test).
-    const auto give_up = std::chrono::steady_clock::now() + 1s;
-    while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
-      if (ctx.poll_one() == 0) std::this_thread::sleep_for(200us);
-    }
-    ctx.poll();
-    FI_CHECK(twheel::stats(ctx).pending == 0);
+    drain_awake(ctx);
     check_ledger(l);
   });
 }
@@ -1088,12 +1094,7 @@ BOOST_AUTO_TEST_CASE(refused_wait_keeps_a_cancelled_timers_place) {
         fault_scope armed(n);
         wait_on(t, ctx, l, id, make<small_handler>(l, id));
       }
-      const auto give_up = std::chrono::steady_clock::now() + 1s;
-      while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
-        if (ctx.poll_one() == 0) std::this_thread::sleep_for(200us);
-      }
-      ctx.poll();
-      FI_CHECK(twheel::stats(ctx).pending == 0);
+      drain_awake(ctx);
       check_ledger(l);
     });
   }
@@ -1230,12 +1231,7 @@ BOOST_AUTO_TEST_CASE(refused_rewait_keeps_the_pending_waits_deadline) {
         idle.cancel();
         plain.cancel();
         early.cancel();
-        const auto give_up = std::chrono::steady_clock::now() + 1s;
-        while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
-          if (ctx.poll_one() == 0) std::this_thread::sleep_for(200us);
-        }
-        ctx.poll();
-        FI_CHECK(twheel::stats(ctx).pending == 0);
+        drain_awake(ctx);
         check_ledger(l);
       }
     }
