@@ -97,25 +97,22 @@ class basic_stream {
 
   static time_point never() noexcept { return (time_point::max)(); }
 
-  // The executor of the wheel of `ex`'s context (made by its first timer, through `ex`).
+  // The state and the operations, defined (and described) in
+  // twheel/beast/impl/tcp_stream.hpp.
   static const boost::asio::any_io_executor& wheel_executor(const Executor& ex);
-
-  // The state and the operations, defined in twheel/beast/impl/tcp_stream.hpp.
-  struct op_state;   // one direction: its timer, operation generation and flags
-  struct impl_type;  // the socket and both directions, shared with the operations
+  struct op_state;
+  struct impl_type;
   class pending_guard;
   template <class Executor2>
-  struct timeout_handler;  // the timeout's whole per-operation state
-  // The race, decided at the operation's completion (see the top of this file).
+  struct timeout_handler;
   static void settle(op_state& state, error_code& ec);
-  // Files the operation's timeout in the wheel, unless the direction has none.
   template <class Executor2>
   static void arm(const std::shared_ptr<impl_type>& impl, op_state& state,
                   const Executor2& ex);
   template <bool IsRead, class Buffers, class Handler>
   class transfer_op;
   template <class Handler>
-  class connect_op;  // a connect counts as a read and a write; the write timer times it
+  class connect_op;
   struct initiation;
   struct run_read_op;
   struct run_write_op;

@@ -122,7 +122,8 @@ struct basic_stream<Protocol, Executor>::timeout_handler {
   }
 };
 
-// The race, decided at the operation's completion (see the top of this file).
+// The race, decided at the operation's completion (see the top of
+// twheel/beast/tcp_stream.hpp).
 template <class Protocol, class Executor>
 void basic_stream<Protocol, Executor>::settle(op_state& state, error_code& ec) {
   if (state.timer.expiry() == never()) return;
