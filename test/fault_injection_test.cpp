@@ -1100,6 +1100,15 @@ BOOST_AUTO_TEST_CASE(refused_wait_keeps_a_cancelled_timers_place) {
   }
 }
 
+namespace {
+// Whether an idle timer of `ctx` can be made with the `n`th allocation failing (it is
+// destroyed at once).
+bool idle_timer_made(twheel_test::queue_context& ctx, long n) {
+  fault_scope armed(n);
+  return initiate([&] { twheel::idle_timer idle(ctx.get_executor(), 1s); });
+}
+}  // namespace
+
 // The first idle timer of a wheel makes its driver keep the touch epoch, and re-arms a
 // driver already armed for the epoch's tick. When that re-arm cannot be made the
 // construction fails, and the wheel does not keep the epoch: no idle timer of it exists,
@@ -1113,11 +1122,7 @@ BOOST_AUTO_TEST_CASE(refused_idle_timer_leaves_the_epoch_unkept) {
     const int id = l.take();
     far.async_wait(small_handler(l, id));  // the driver armed for 10 s
     l.accepted[id] = true;
-    bool made = false;
-    {
-      fault_scope armed(n);
-      made = initiate([&] { twheel::idle_timer idle(ctx.get_executor(), 1s); });
-    }
+    const bool made = idle_timer_made(ctx, n);
     FI_CHECK(twheel::wheel_service::of(ctx).keeps_touch_epoch() == made);
     far.cancel();
     ctx.poll();
@@ -1142,11 +1147,7 @@ BOOST_AUTO_TEST_CASE(idle_timer_racing_a_refused_first_one) {
     twheel_test::queue_context ctx;
     twheel::steady_timer far(ctx.get_executor(), 10s);
     far.async_wait([](error_code) {});
-    bool made = false;
-    {
-      fault_scope armed(n);
-      made = initiate([&] { twheel::idle_timer idle(ctx.get_executor(), 1s); });
-    }
+    const bool made = idle_timer_made(ctx, n);
     far.cancel();
     ctx.poll();
     if (made) break;
@@ -1170,11 +1171,7 @@ BOOST_AUTO_TEST_CASE(idle_timer_racing_a_refused_first_one) {
       }
     });
     while (!ready.load()) std::this_thread::yield();
-    bool made = false;
-    {
-      fault_scope armed(refusing);
-      made = initiate([&] { twheel::idle_timer idle(ctx.get_executor(), 1s); });
-    }
+    const bool made = idle_timer_made(ctx, refusing);
     stop.store(true);
     racer.join();
     BOOST_TEST((made || !other));  // no idle timer while the first one's was refused
