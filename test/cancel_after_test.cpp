@@ -46,6 +46,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 #include <boost/asio/write.hpp>
@@ -1451,6 +1452,20 @@ BOOST_AUTO_TEST_CASE(a_recycled_state_block_keeps_the_listeners_memory) {
   }
   BOOST_TEST(log.alive == 0);
 }
+
+// The state of a handler run by an io_context or a thread_pool, a strand of either, or
+// any_io_executor (and a strand of it) fits the wheel's block. A state that grew past
+// it would lose the pool, a malloc and a free per operation, and nothing else would
+// show it. strand<any_io_executor> fills the block exactly (Boost 1.81 to 1.89).
+template <class Executor>
+constexpr bool pooled_state =
+    twheel::detail::cancel_after_state<Executor, asio::recycling_allocator<void>>::poolable();
+static_assert(pooled_state<asio::io_context::executor_type>);
+static_assert(pooled_state<asio::strand<asio::io_context::executor_type>>);
+static_assert(pooled_state<asio::thread_pool::executor_type>);
+static_assert(pooled_state<asio::strand<asio::thread_pool::executor_type>>);
+static_assert(pooled_state<asio::any_io_executor>);
+static_assert(pooled_state<asio::strand<asio::any_io_executor>>);
 
 // The timeout fires while the operation's own completion is already queued on the
 // handler's executor (another context here), so its emission is queued behind it. Asio

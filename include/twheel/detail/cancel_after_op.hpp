@@ -198,6 +198,15 @@ class cancel_after_state
     if (fetch_sub_if_threaded(refs_, 1, std::memory_order_acq_rel) == 1) discard_then_upcall(true);
   }
 
+  // The handler's associated allocator is Asio's default, and the state fits a block.
+  // Public for cancel_after_test, which checks that the usual executors' states fit: one
+  // that grew past the block would silently lose the pool (a malloc per operation).
+  static constexpr bool poolable() noexcept {
+    return std::is_same_v<ProtoAllocator, boost::asio::recycling_allocator<void>> &&
+           sizeof(cancel_after_state) <= wheel_service::state_block_size &&
+           alignof(cancel_after_state) <= alignof(std::max_align_t);
+  }
+
  private:
   ~cancel_after_state() = default;
 
@@ -214,12 +223,6 @@ class cancel_after_state
     }
   }
 
-  // The handler's associated allocator is Asio's default, and the state fits a block.
-  static constexpr bool poolable() noexcept {
-    return std::is_same_v<ProtoAllocator, boost::asio::recycling_allocator<void>> &&
-           sizeof(cancel_after_state) <= wheel_service::state_block_size &&
-           alignof(cancel_after_state) <= alignof(std::max_align_t);
-  }
 
   // `ex` runs work in the wheel's own execution context (its strands included).
   static bool in_context_of(wheel_service& service, const Executor& ex) {
