@@ -1010,6 +1010,41 @@ BOOST_AUTO_TEST_CASE(per_operation_cancellation) {
   }
 }
 
+// The caller's signal may go, or its slot be cleared, while the wait is pending, as with
+// a steady_timer: the wait then completes at its time with success. What the wait left in
+// the slot goes with the signal; the handler must not read it afterwards. The next
+// listener of the same size (a second idle timer's, here) is put in the freed memory, so
+// a read of it would see the second wait's cancellation (ASan: use after free).
+BOOST_AUTO_TEST_CASE(a_wait_outlives_its_callers_signal) {
+  for (const bool clear : {false, true}) {
+    BOOST_TEST_CONTEXT((clear ? "slot cleared" : "signal destroyed")) {
+      asio::io_context ctx;
+      idle_timer idle(ctx, 30ms);
+      idle_timer other(ctx, 10s);
+      outcome out, other_out;
+      const auto t0 = wall::now();
+      {
+        auto signal = std::make_unique<asio::cancellation_signal>();
+        idle.async_wait(asio::bind_cancellation_slot(signal->slot(), out.handler()));
+        if (clear) {
+          signal->slot().clear();
+        } else {
+          signal.reset();
+        }
+      }
+      asio::cancellation_signal other_signal;
+      other.async_wait(asio::bind_cancellation_slot(other_signal.slot(), other_out.handler()));
+      other_signal.emit(asio::cancellation_type::terminal);
+      run_ctx(ctx);
+      BOOST_TEST(other_out.calls == 1);
+      BOOST_TEST(other_out.ec == aborted);
+      BOOST_TEST(out.calls == 1);
+      BOOST_TEST(!out.ec, "the wait completed with '" << out.ec.message() << "'");
+      BOOST_TEST((out.at >= t0 + 30ms));  // its period, not the other's abort
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // A wait's operation comes from the handler's associated allocator, and all of it goes

@@ -11,7 +11,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/cancellation_state.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 
@@ -40,6 +41,7 @@ struct idle_wait_flag {
   using allocator_type = boost::asio::recycling_allocator<idle_wait_flag>;
 
   std::atomic<bool> aborted{false};
+  std::atomic<bool> cancelled{false};  // the caller's slot emitted (idle_slot_listener)
   std::atomic<unsigned char> owners{2};
 
   // Both shares; throws std::bad_alloc.
@@ -48,6 +50,8 @@ struct idle_wait_flag {
     return ::new (static_cast<void*>(alloc.allocate(1))) idle_wait_flag;
   }
 
+  // A third owner: the wait's listener in the caller's slot.
+  void acquire() noexcept { owners.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
     if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       this->~idle_wait_flag();
@@ -76,11 +80,37 @@ class idle_wait_share {
   idle_wait_flag* flag_;
 };
 
+// What an idle wait puts in the caller's cancellation slot: an emission marks the wait's
+// flag (seen by the handler when the wait settled first) and goes on to the wheel through
+// a signal of its own (aborting the wait while it is filed). It lives in the caller's
+// slot and goes with it: when the caller's signal is destroyed or the slot cleared or
+// reused, even with the wait pending. The wait reads only the flag, of which this holds
+// a share; an Asio cancellation_state here was read by the handler after the caller's
+// signal had freed it (a review found it).
+class idle_slot_listener {
+ public:
+  explicit idle_slot_listener(idle_wait_flag* flag) noexcept : flag_(flag) { flag_->acquire(); }
+  idle_slot_listener(const idle_slot_listener&) = delete;
+  idle_slot_listener& operator=(const idle_slot_listener&) = delete;
+  ~idle_slot_listener() { flag_->release(); }
+
+  void operator()(boost::asio::cancellation_type_t type) {
+    type &= boost::asio::cancellation_type::terminal | boost::asio::cancellation_type::partial |
+            boost::asio::cancellation_type::total;
+    if (type == boost::asio::cancellation_type::none) return;
+    flag_->cancelled.store(true, std::memory_order_release);
+    to_wheel_.emit(type);
+  }
+  boost::asio::cancellation_slot slot() noexcept { return to_wheel_.slot(); }
+
+ private:
+  idle_wait_flag* flag_;
+  boost::asio::cancellation_signal to_wheel_;
+};
+
 // The handler given to the wheel: the caller's, completed with operation_aborted when the
-// timer was cancelled, or the caller's slot emitted, after the wait settled. The caller's
-// slot feeds a cancellation_state, whose own slot goes to the wheel: an emit before the
-// wait settles aborts it there; one after it is seen here. (Two parameters, as
-// TWHEEL_FORWARD_ASSOCIATORS wants them.)
+// timer was cancelled, or the caller's slot emitted, after the wait settled. (Two
+// parameters, as TWHEEL_FORWARD_ASSOCIATORS wants them.)
 template <class Handler, class Flag = idle_wait_flag>
 class idle_wait_op {
   static_assert(std::is_same_v<Flag, idle_wait_flag>);
@@ -88,26 +118,26 @@ class idle_wait_op {
  public:
   using cancellation_slot_type = boost::asio::cancellation_slot;
 
-  // Takes one share of `flag` (the first member, so that a throw from the
-  // handler's or the cancellation state's construction lets go of it).
+  // Takes one share of `flag` (the first member, so that a throw from the handler's
+  // construction or the listener's memory lets go of it), and the listener another.
   template <class H>
-  idle_wait_op(Flag* flag, H&& handler)
-      : flag_(flag),
-        handler_(std::forward<H>(handler)),
-        cancel_state_(boost::asio::get_associated_cancellation_slot(handler_),
-                      boost::asio::enable_total_cancellation()) {}
+  idle_wait_op(Flag* flag, H&& handler) : flag_(flag), handler_(std::forward<H>(handler)) {
+    auto outer = boost::asio::get_associated_cancellation_slot(handler_);
+    if (outer.is_connected()) to_wheel_ = outer.template emplace<idle_slot_listener>(flag).slot();
+  }
 
   idle_wait_op(idle_wait_op&& other) noexcept(std::is_nothrow_move_constructible_v<Handler>)
       : flag_(std::move(other.flag_)),
         handler_(std::move(other.handler_)),
-        cancel_state_(std::move(other.cancel_state_)) {}
+        to_wheel_(other.to_wheel_) {}
   idle_wait_op& operator=(idle_wait_op&&) = delete;
 
-  cancellation_slot_type get_cancellation_slot() const noexcept { return cancel_state_.slot(); }
+  cancellation_slot_type get_cancellation_slot() const noexcept { return to_wheel_; }
 
   void operator()(boost::system::error_code ec) {
-    if (!ec && (flag_.get()->aborted.load(std::memory_order_acquire) ||
-                cancel_state_.cancelled() != boost::asio::cancellation_type::none)) {
+    const idle_wait_flag& flag = *flag_.get();
+    if (!ec && (flag.aborted.load(std::memory_order_acquire) ||
+                flag.cancelled.load(std::memory_order_acquire))) {
       ec = boost::asio::error::operation_aborted;
     }
     flag_.reset();
@@ -121,7 +151,7 @@ class idle_wait_op {
   Handler handler_;
 
  private:
-  boost::asio::cancellation_state cancel_state_;
+  boost::asio::cancellation_slot to_wheel_;  // the listener's signal's, if there is one
 };
 
 }  // namespace detail
