@@ -198,12 +198,13 @@ class idle_wait_op {
 /// context keep the others' wheels waking every millisecond too. Wheels that never had
 /// an idle timer do not wake for it.
 ///
-/// Two caveats, both about touches that overlap something. A touch() running while the
-/// wheel decides the wait may be too late to count (the wait completes). When several
-/// threads touch one timer at the same moment, the last store wins, and it may carry
-/// the slightly older clock reading (older by as long as that thread took from its
-/// clock read to its store, longer if it was preempted in between); touches from one
-/// thread at a time, racing the wheel or not, always count.
+/// Two caveats. The wheel decides when the entry comes due, and the handler runs later,
+/// behind what is already queued: a touch() after the decision does not count, however
+/// soon after it comes (the wait completes with success, as a steady_timer's handler does
+/// after an expires_after() that came once it had expired); touches before it always
+/// count. When several threads touch one timer at the same moment, the last store wins,
+/// and it may carry the slightly older clock reading (older by as long as that thread
+/// took from its clock read to its store, longer if it was preempted in between).
 ///
 /// @par Thread Safety
 /// touch() is safe from any thread, concurrently with every member but the destructor
