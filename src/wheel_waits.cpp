@@ -108,6 +108,20 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   if (replaced != 0) abort_waits(timer, replaced);
 }
 
+void wheel_service::refile(detail::timer_state& timer, clock_type::time_point deadline) {
+  const std::chrono::nanoseconds at = wheel_time(deadline);
+  lock_type lock(mutex_);
+  if (shut_down_ || !timer.has_waits()) return;
+  const std::uint64_t filed_tick = timer.deadline_tick();
+  const std::chrono::nanoseconds floor = wheel_.reschedule(timer, at);
+  try {
+    if (!driver_->wanted_by(floor)) ensure_driver();
+  } catch (...) {
+    wheel_.undo_reschedule(timer, filed_tick);
+    throw;
+  }
+}
+
 void wheel_service::schedule(detail::timer_state& timer, std::chrono::nanoseconds deadline,
                              detail::wait_op* op) {
   lock_type lock(mutex_);

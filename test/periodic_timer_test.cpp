@@ -8,6 +8,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <twheel/periodic_timer.hpp>
+#include <twheel/steady_timer.hpp>
 #include <twheel/wheel_service.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -393,6 +394,78 @@ BOOST_AUTO_TEST_CASE(cancel_aborts_the_pending_wait_and_keeps_the_grid) {
   BOOST_TEST((at >= due));
   BOOST_TEST((at < due + slack));
   BOOST_TEST(timer.ticks() == 1u);
+}
+
+// A wait started after the pending tick came due, while that tick's handler is still
+// queued (the wheel settled it, so the new wait does not abort it), waits for the
+// following tick: it must not complete at once and stand for that tick a period early.
+// Both deadlines pass before run(). With a twheel timer as the other, one pass settles its
+// wait and the tick, and its handler (the earlier deadline) runs first. With an Asio
+// timer, its handler runs before the wheel's pass: the tick's wait is still pending, the
+// new wait aborts it and gets the tick, at once.
+BOOST_AUTO_TEST_CASE(a_wait_started_while_the_due_tick_is_queued_waits_for_the_next) {
+  enum variant { plain, cancelled, destroyed, before_the_pass };
+  for (const variant v : {plain, cancelled, destroyed, before_the_pass}) {
+    BOOST_TEST_CONTEXT("variant " << static_cast<int>(v)) {
+      asio::io_context ctx;
+      auto timer = std::make_unique<periodic_timer>(ctx, 60ms);
+      twheel::steady_timer other(ctx);
+      asio::steady_timer asio_other(ctx);
+      tick_record first, second;
+      int first_calls = 0, second_calls = 0;
+      timer->async_wait([&](error_code ec) {
+        ++first_calls;
+        first.ec = ec;
+        first.ticks = timer ? timer->ticks() : 0;
+      });
+      first.due = timer->next_tick();
+      const auto in_the_window = [&](error_code) {
+        BOOST_TEST_REQUIRE(first_calls == 0);  // the tick is due, its handler not run
+        BOOST_TEST((wall::now() >= first.due));
+        timer->async_wait([&](error_code ec) {
+          ++second_calls;
+          second.ec = ec;
+          second.at = wall::now();
+          second.ticks = timer ? timer->ticks() : 0;
+          second.next = timer ? timer->next_tick() : wall::time_point{};
+        });
+        if (v == cancelled) BOOST_TEST(timer->cancel() == 1u);
+        if (v == destroyed) timer.reset();
+      };
+      if (v == before_the_pass) {
+        asio_other.expires_at(first.due - 30ms);
+        asio_other.async_wait(in_the_window);
+      } else {
+        other.expires_at(first.due - 30ms);
+        other.async_wait(in_the_window);
+      }
+      std::this_thread::sleep_until(first.due + 10ms);
+      const run_result r = run_ctx(ctx, 20s);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(first_calls == 1);
+      BOOST_TEST(second_calls == 1);
+      if (v == before_the_pass) {
+        BOOST_TEST(first.ec == aborted);
+        BOOST_TEST(!second.ec);
+        BOOST_TEST((second.at >= first.due));
+        BOOST_TEST(second.ticks == 1u);
+        BOOST_TEST((second.next == first.due + 60ms));
+        continue;
+      }
+      BOOST_TEST(!first.ec);  // settled before the new wait: not aborted
+      if (v != destroyed) BOOST_TEST(first.ticks == 1u);
+      if (v == plain) {
+        BOOST_TEST(!second.ec);
+        BOOST_TEST((second.at >= first.due + 60ms), "the second wait completed "
+                                                       << ms(first.due + 60ms - second.at)
+                                                       << " ms before its tick");
+        BOOST_TEST(second.ticks == 2u);
+        BOOST_TEST((second.next == first.due + 120ms));
+      } else {
+        BOOST_TEST(second.ec == aborted);
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(destruction_aborts_the_pending_wait_later_from_run) {

@@ -536,6 +536,18 @@ struct timer_access {
       throw;
     }
   }
+  // Moves the timer's pending waits to `expiry` (periodic_timer's parked wait). If that
+  // throws, they and the expiry stay as they were.
+  template <class Timer>
+  static void refile(Timer& timer, const typename Timer::time_point& expiry) {
+    const typename Timer::time_point previous = std::exchange(timer.expiry_, expiry);
+    try {
+      timer.service_->refile(timer.state_, expiry);
+    } catch (...) {
+      timer.expiry_ = previous;
+      throw;
+    }
+  }
 };
 
 }  // namespace detail

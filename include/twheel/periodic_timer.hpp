@@ -77,6 +77,18 @@ struct periodic_state {
     }
   }
 
+  // The grid moves when a tick's handler runs. A wait started after the tick it would
+  // wait for came due, while the wait last started for that tick has not run (settled,
+  // which a new wait does not abort, or aborted), would complete at once for that tick,
+  // and then stand for the following one, up to a period early (a review found it). It is
+  // parked instead, at the end of time, until the waits started before it have run and
+  // the grid has moved (or not, if they were aborted): then it is filed for the grid's
+  // next tick (periodic_wait_op::unpark()). A later wait started meanwhile parks as well,
+  // and aborts it.
+  bool parks(clock_type::time_point now) const noexcept {
+    return mode == tick_mode::fixed_rate && started && unrun != 0 && filed == next && next <= now;
+  }
+
   // Destroyed with the periodic_timer, while a tick's handler may keep the rest of the
   // state: a context may destroy its queue after its services (a context of the user's
   // own), and the timer must not outlive the wheel.
@@ -90,6 +102,11 @@ struct periodic_state {
   clock_type::time_point next{};
   std::uint64_t ticks = 0;
   std::uint64_t skipped = 0;
+  // The tick the last wait started waits for; how many started waits have not run yet;
+  // whether the pending wait is parked (see parks()).
+  clock_type::time_point filed{};
+  std::size_t unrun = 0;
+  bool parked = false;
   std::atomic<std::size_t> refs{1};  // the timer, and the wait's handler while it lives
 };
 
@@ -128,16 +145,42 @@ class periodic_wait_op {
  public:
   template <class H>
   periodic_wait_op(state_ref<State> state, H&& handler)
-      : state_(std::move(state)), handler_(std::forward<H>(handler)) {}
+      : state_(std::move(state)), handler_(std::forward<H>(handler)) {
+    ++state_->unrun;
+  }
+  periodic_wait_op(periodic_wait_op&&) noexcept(std::is_nothrow_move_constructible_v<Handler>) =
+      default;
+  periodic_wait_op& operator=(periodic_wait_op&&) = delete;
+  ~periodic_wait_op() {
+    if (state_) --state_->unrun;  // never run: a failed start, or the context's shutdown
+  }
 
   void operator()(boost::system::error_code ec) {
-    if (!ec) state_->on_tick(std::chrono::steady_clock::now());
+    State& state = *state_;
+    --state.unrun;
+    if (!ec) state.on_tick(std::chrono::steady_clock::now());
+    // The parked wait's turn once every wait started before it has run.
+    if (state.parked && state.unrun == 1) unpark(state);
     state_.reset();
     std::move(handler_)(ec);
   }
 
   state_ref<State> state_;
   Handler handler_;
+
+ private:
+  // The parked wait goes to the grid's next tick. If the driver cannot be armed for it
+  // (a context of the user's own, out of memory), it is aborted rather than left parked.
+  static void unpark(State& state) noexcept {
+    state.parked = false;
+    if (!state.timer) return;  // gone with the timer
+    state.filed = state.next;
+    try {
+      timer_access::refile(*state.timer, state.next);
+    } catch (...) {
+      state.timer->cancel();
+    }
+  }
 };
 
 }  // namespace detail
@@ -252,7 +295,9 @@ class basic_periodic_timer {
   /// time has passed completes at once. Never early.
   ///
   /// One wait at a time: start the next wait from the previous one's handler, or once it
-  /// has completed.
+  /// has completed. A wait started after the pending tick came due but before its
+  /// handler ran does not abort that one (already completed) and waits for the tick after
+  /// it.
   ///
   /// @param token The completion token that will be used to produce a completion handler
   /// (a function object, use_awaitable, deferred, ...).
@@ -297,9 +342,17 @@ class basic_periodic_timer {
       }
       // The grid moves only if the wait is accepted; the pending wait, if any, is aborted
       // only then (detail::timer_access::replace_wait).
+      const clock_type::time_point now = clock_type::now();
       const bool started = state->started;
       const clock_type::time_point next = state->next;
-      const clock_type::time_point deadline = state->deadline_for_wait(clock_type::now());
+      const clock_type::time_point filed = state->filed;
+      const bool parked = state->parked;
+      const bool parks = state->parks(now);
+      const clock_type::time_point deadline =
+          parks ? clock_type::time_point::max() : state->deadline_for_wait(now);
+      // Set before the filing: once filed, the wait may complete on another thread.
+      state->filed = parks ? next : deadline;
+      state->parked = parks;
       try {
         detail::timer_access::replace_wait(
             *state->timer, deadline,
@@ -308,6 +361,8 @@ class basic_periodic_timer {
       } catch (...) {
         state->started = started;
         state->next = next;
+        state->filed = filed;
+        state->parked = parked;
         throw;
       }
     }

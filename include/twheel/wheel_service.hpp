@@ -185,6 +185,11 @@ class wheel_service : public boost::asio::execution_context::service {
   void replace_waits(detail::timer_state& timer, clock_type::time_point deadline,
                      Handler& handler, const IoExecutor& io_ex);
 
+  /// Moves the waits of `timer` to `deadline`, as a wait filed there would be
+  /// (periodic_timer's parked wait); nothing if it has none. Throws std::bad_alloc if the
+  /// driver cannot be armed for the new deadline; the waits then stay where they were.
+  void refile(detail::timer_state& timer, clock_type::time_point deadline);
+
   /// Aborts all / the first wait(s) of `timer`; returns how many. Also a timer's
   /// expires_*(): the entry keeps its place and the next wait files the new expiry.
   std::size_t cancel(detail::timer_state& timer);
