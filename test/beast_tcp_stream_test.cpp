@@ -212,6 +212,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(read_timeout_closes_the_socket, Stream, stream_typ
   BOOST_TEST(ec == asio::error::eof);
 }
 
+// An executor of the older model (io_context::strand: context(), no query()) as the
+// stream's executor, as Beast accepts: the timeout fires, and the handler runs in the
+// strand.
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_older_model_strand_as_the_executor, Stream, stream_types) {
+  using S = typename Stream::template rebind_executor<asio::io_context::strand>::other;
+  asio::io_context ctx;
+  asio::io_context::strand strand(ctx);
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  S client(strand);
+  tcp::socket peer(ctx);
+  client.socket().connect(acceptor.local_endpoint());
+  acceptor.accept(peer);
+  std::array<char, 16> buf{};
+  result r;
+  bool in_strand = false;
+  const auto t0 = wall::now();
+  client.expires_after(30ms);
+  client.async_read_some(asio::buffer(buf), [&](error_code ec, std::size_t n) {
+    in_strand = strand.running_in_this_thread();
+    r.handler()(ec, n);
+  });
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
+  BOOST_TEST(r.calls == 1);
+  BOOST_TEST(r.ec == timeout_ec);
+  BOOST_TEST((r.at - t0 >= 30ms));  // never early
+  BOOST_TEST(in_strand);
+  BOOST_TEST(!client.socket().is_open());
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(write_timeout_closes_the_socket, Stream, stream_types) {
   asio::io_context ctx;
   pair<Stream> p(ctx);

@@ -778,6 +778,34 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(executors_kept_through_moves, Timer, timer_types) 
   BOOST_TEST(in_strand == 8);
 }
 
+// An executor of the older model (io_context::strand: context(), no query()) as the
+// timer's executor, on a context run by two threads: the handlers, completed or aborted,
+// run in the strand.
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_older_model_strand_as_the_executor, Timer, timer_types) {
+  using S = typename Timer::template rebind_executor<asio::io_context::strand>::other;
+  asio::io_context ctx;
+  asio::io_context::strand strand(ctx);
+  std::vector<std::unique_ptr<S>> timers;
+  std::atomic<int> in_strand{0}, fired{0}, aborted{0};
+  for (int i = 0; i < 8; ++i) {
+    timers.push_back(std::make_unique<S>(strand, std::chrono::milliseconds(1 + i % 3)));
+    BOOST_TEST((timers.back()->get_executor() == strand));
+    timers.back()->async_wait([&](error_code ec) {
+      if (strand.running_in_this_thread()) ++in_strand;
+      ++(ec ? aborted : fired);
+    });
+  }
+  BOOST_TEST(timers[0]->cancel() == 1u);
+  std::thread other([&] { ctx.run(); });
+  auto r = run_ctx(ctx, run_limit);
+  other.join();
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(fired == 7);
+  BOOST_TEST(aborted == 1);
+  BOOST_TEST(in_strand == 8);
+}
+
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(10))
 BOOST_AUTO_TEST_CASE_TEMPLATE(converting_move_between_executor_types, Timer, timer_types) {
   using clock = typename Timer::clock_type;

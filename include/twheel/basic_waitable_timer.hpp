@@ -3,6 +3,7 @@
 #ifndef TWHEEL_BASIC_WAITABLE_TIMER_HPP
 #define TWHEEL_BASIC_WAITABLE_TIMER_HPP
 
+#include <twheel/detail/executor_traits.hpp>
 #include <twheel/detail/timer_executor.hpp>
 #include <twheel/detail/timer_state.hpp>
 #include <twheel/wheel_service.hpp>
@@ -480,7 +481,7 @@ class basic_waitable_timer {
 
   template <class Ex>
   static wheel_service& service_for(const Ex& ex) {
-    return wheel_service::of(boost::asio::query(ex, boost::asio::execution::context));
+    return wheel_service::of(detail::context_of(ex));
   }
 
   // Every line of service_ .. expiry_ (the bytes a re-arm touches, 80 of them, so up

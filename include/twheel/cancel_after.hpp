@@ -5,6 +5,7 @@
 
 #include <twheel/detail/asio_compat.hpp>
 #include <twheel/detail/cancel_after_op.hpp>
+#include <twheel/detail/executor_traits.hpp>
 #include <twheel/wheel_service.hpp>
 
 #include <boost/asio/async_result.hpp>
@@ -144,7 +145,7 @@ inline std::chrono::steady_clock::time_point deadline_after(
 
 template <class Executor>
 wheel_service& service_of(const Executor& ex) {
-  auto& svc = wheel_service::of(boost::asio::query(ex, boost::asio::execution::context));
+  auto& svc = wheel_service::of(detail::context_of(ex));
   svc.attach(ex);
   return svc;
 }

@@ -3,6 +3,7 @@
 #define TWHEEL_IDLE_TIMER_HPP
 
 #include <twheel/detail/forwarding_handler.hpp>
+#include <twheel/detail/executor_traits.hpp>
 #include <twheel/detail/timer_executor.hpp>
 #include <twheel/detail/timer_state.hpp>
 #include <twheel/detail/wait_ops.hpp>
@@ -228,7 +229,7 @@ class basic_idle_timer {
   ///
   /// @throws std::invalid_argument if `period` is not positive.
   basic_idle_timer(const executor_type& ex, duration period)
-      : service_(&wheel_service::of(boost::asio::query(ex, boost::asio::execution::context))),
+      : service_(&wheel_service::of(detail::context_of(ex))),
         executor_(detail::attach_timer_executor(*service_, ex)) {
     state_.period = checked(period);
     service_->use_touch_epoch();

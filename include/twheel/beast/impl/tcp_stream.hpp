@@ -3,6 +3,8 @@
 #ifndef TWHEEL_BEAST_IMPL_TCP_STREAM_HPP
 #define TWHEEL_BEAST_IMPL_TCP_STREAM_HPP
 
+#include <twheel/detail/executor_traits.hpp>
+
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/coroutine.hpp>
@@ -24,7 +26,7 @@ namespace twheel::beast {
 template <class Protocol, class Executor>
 const boost::asio::any_io_executor& basic_stream<Protocol, Executor>::wheel_executor(const Executor& ex) {
   wheel_service& service =
-      wheel_service::of(boost::asio::query(ex, boost::asio::execution::context));
+      wheel_service::of(twheel::detail::context_of(ex));
   service.attach(ex);
   return service.executor();
 }
