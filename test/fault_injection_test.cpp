@@ -1073,6 +1073,46 @@ BOOST_AUTO_TEST_CASE(driver_rearm_failure_keeps_pending_waits_awake) {
   });
 }
 
+// A periodic wait started while the due tick's handler is queued is parked, and filed for
+// the grid's next tick when that handler runs. On a context of the user's own, filing it
+// arms the driver, which allocates; if that fails, the parked wait is aborted rather than
+// left parked for ever. Every accepted handler is invoked once. Single failures only: in
+// a burst, the context's own queue (queue_context::execute) cannot take the aborted
+// wait's completion either, and no library can help that.
+BOOST_AUTO_TEST_CASE(periodic_parked_wait_filed_or_aborted) {
+  for_every_single_failure([](long n) {
+    ledger l;
+    twheel_test::queue_context ctx;
+    twheel::periodic_timer tick(ctx.get_executor(), 5ms);
+    twheel::steady_timer other(ctx.get_executor());
+    const int first = l.take();
+    tick.async_wait(small_handler(l, first));
+    l.accepted[first] = true;
+    const int second = l.take();
+    // Armed from the new wait to the tick's handler: the pass before it, and the
+    // wake-ups after, are not this scenario's (the context's own queue allocates them).
+    std::optional<fault_scope> armed;
+    other.expires_at(tick.next_tick() - 3ms);
+    other.async_wait([&](error_code) {
+      armed.emplace(n);
+      l.accepted[second] = initiate([&] { tick.async_wait(small_handler(l, second)); });
+    });
+    std::this_thread::sleep_until(tick.next_tick() + 1ms);  // one pass settles both
+    const auto give_up = std::chrono::steady_clock::now() + 1s;
+    while (l.state[first] == alive && std::chrono::steady_clock::now() < give_up) {
+      try {
+        if (ctx.poll_one() == 0) std::this_thread::sleep_for(200us);
+      } catch (const std::bad_alloc&) {
+        end_burst();
+      }
+    }
+    FI_CHECK(l.state[first] != alive);
+    armed.reset();
+    drain_awake(ctx);
+    check_ledger(l);
+  });
+}
+
 // A timer whose waits were cancelled keeps its place in the wheel (cancel() spares its
 // neighbours). A new wait refused because the driver could not be armed for it leaves
 // that place as it was: the refusal took the timer out, and stats().timers dropped by one
