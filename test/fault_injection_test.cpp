@@ -1076,7 +1076,7 @@ BOOST_AUTO_TEST_CASE(driver_rearm_failure_keeps_pending_waits_awake) {
 // A periodic wait started while the due tick's handler is queued is parked, and filed for
 // the grid's next tick when that handler runs. On a context of the user's own, filing it
 // arms the driver, which allocates; if that fails, the parked wait is aborted rather than
-// left parked for ever. Every accepted handler is invoked once. Single failures only: in
+// left where it was parked. Every accepted handler is invoked once. Single failures only: in
 // a burst, the context's own queue (queue_context::execute) cannot take the aborted
 // wait's completion either, and no library can help that.
 BOOST_AUTO_TEST_CASE(periodic_parked_wait_filed_or_aborted) {

@@ -81,10 +81,13 @@ struct periodic_state {
   // wait for came due, while the wait last started for that tick has not run (settled,
   // which a new wait does not abort, or aborted), would complete at once for that tick,
   // and then stand for the following one, up to a period early (a review found it). It is
-  // parked instead, at the end of time, until the waits started before it have run and
-  // the grid has moved (or not, if they were aborted): then it is filed for the grid's
-  // next tick (periodic_wait_op::unpark()). A later wait started meanwhile parks as well,
-  // and aborts it.
+  // parked instead until the waits started before it have run and the grid has moved (or
+  // not, if they were aborted): then it is filed for the grid's next tick
+  // (periodic_wait_op::unpark()). A later wait started meanwhile parks as well, and
+  // aborts it. It is parked at the tick after: where it goes when the tick's wait counts
+  // the tick on time, and never early. Should none of those waits run (one destroyed
+  // unrun, its handler's dispatch out of memory), it still completes, a period late if
+  // the tick went to nobody (its wait aborted), instead of never.
   bool parks(clock_type::time_point now) const noexcept {
     return mode == tick_mode::fixed_rate && started && unrun != 0 && filed == next && next <= now;
   }
@@ -170,7 +173,8 @@ class periodic_wait_op {
 
  private:
   // The parked wait goes to the grid's next tick. If the driver cannot be armed for it
-  // (a context of the user's own, out of memory), it is aborted rather than left parked.
+  // (a context of the user's own, out of memory), it is aborted rather than left at the
+  // tick it was parked at, which the grid may have moved past (missed_tick_policy).
   static void unpark(State& state) noexcept {
     state.parked = false;
     if (!state.timer) return;  // gone with the timer
@@ -349,7 +353,7 @@ class basic_periodic_timer {
       const bool parked = state->parked;
       const bool parks = state->parks(now);
       const clock_type::time_point deadline =
-          parks ? clock_type::time_point::max() : state->deadline_for_wait(now);
+          parks ? state->after(next) : state->deadline_for_wait(now);
       // Set before the filing: once filed, the wait may complete on another thread.
       state->filed = parks ? next : deadline;
       state->parked = parks;
