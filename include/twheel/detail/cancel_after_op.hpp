@@ -223,7 +223,6 @@ class cancel_after_state
     }
   }
 
-
   // `ex` runs work in the wheel's own execution context (its strands included).
   static bool in_context_of(wheel_service& service, const Executor& ex) {
     if constexpr (boost::asio::execution::is_executor<Executor>::value) {
