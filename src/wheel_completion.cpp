@@ -328,9 +328,11 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer) {
       try {
         ensure_driver();
       } catch (...) {
-        // No memory for the wake-up (only where the driver's memory is not pooled: a
-        // context of the user's own). The driver says it is unarmed, and the next wait
-        // filed arms it; what this pass settled goes to the context all the same.
+        // No memory for the wake-up: on a context of the user's own, where the driver's
+        // memory is not pooled (the driver then says it is unarmed, and the next wait
+        // filed arms it), or Asio's timer queue could not grow (with Asio's scheduler a
+        // pass is queued instead, which arms it again). What this pass settled goes to
+        // the context all the same.
         hand_over_now(fired);
         throw;
       }

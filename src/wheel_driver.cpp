@@ -1,10 +1,10 @@
 // twheel/wheel_driver: arming, disarming and refusing stale wake-ups of a wheel.
 #include <twheel/detail/wheel_driver.hpp>
 
-#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <new>
 #include <utility>
 
 namespace twheel::detail {
@@ -25,15 +25,47 @@ class wheel_driver::timer_handler {
   std::uint64_t generation_;
 };
 
+// A pass already due, queued on the context's scheduler as an operation of its own: its
+// memory is a block of the driver's pool, so a pass that re-arms the driver this way (a
+// bounded pass that left work, an early walk's next step, the touch epoch's tick) does not
+// allocate. A function posted through the context's any_io_executor did: the executor
+// drops the allocator it is given, and Asio's per-thread cache, empty at each run(), took
+// the first one from the heap. Out of memory, run() threw and the waits still pending
+// never completed (a review found it).
+class wheel_driver::pass_op final : public boost::asio::detail::scheduler_operation {
+ public:
+  pass_op(wheel_driver* d, std::uint64_t generation) noexcept
+      : scheduler_operation(&pass_op::do_complete), driver_(d), generation_(generation) {}
+
+ private:
+  // Run (owner set), or destroyed unrun by the scheduler's shutdown, which comes before
+  // the driver goes. The block goes back before the pass, as an Asio handler's memory does.
+  static void do_complete(void* owner, scheduler_operation* base,
+                          const boost::system::error_code&, std::size_t) {
+    auto* op = static_cast<pass_op*>(base);
+    wheel_driver* driver = op->driver_;
+    const std::uint64_t generation = op->generation_;
+    op->~pass_op();
+    driver->posted_.give_back(op);
+    if (owner != nullptr) driver->pass_(driver->owner_, generation, false);
+  }
+
+  wheel_driver* driver_;
+  std::uint64_t generation_;
+};
+
 wheel_driver::wheel_driver(const boost::asio::any_io_executor& ex, clock_type::time_point origin,
                            std::chrono::nanoseconds slack, pass_fn pass, void* owner,
-                           bool pooled)
+                           boost::asio::detail::scheduler* scheduler)
     : executor_(ex),
       origin_(origin),
       slack_(slack),
       pass_(pass),
       owner_(owner),
-      pool_(pooled ? &posted_ : nullptr) {
+      scheduler_(scheduler),
+      pool_(scheduler != nullptr ? &posted_ : nullptr) {
+  static_assert(sizeof(pass_op) <= block_pool::block_size &&
+                alignof(pass_op) <= alignof(std::max_align_t));
   // The standby's timer is made by the first stand_by(): a context that never has two
   // wake-ups in view (a test's, a short-lived client's) makes one timer, not two.
   timers_[0].emplace(executor_);
@@ -71,6 +103,16 @@ wheel_driver::clock_type::time_point wheel_driver::clock_time(
   return at >= headroom ? clock_type::time_point::max() : origin_ + at;
 }
 
+// With a scheduler: posted_ holds a block for it (reserve()), so it does not throw.
+void wheel_driver::post_pass(std::uint64_t generation) {
+  if (scheduler_ != nullptr) {
+    scheduler_->post_immediate_completion(::new (posted_.take()) pass_op(this, generation),
+                                          false);
+    return;
+  }
+  boost::asio::post(executor_, [this, generation] { pass_(owner_, generation, false); });
+}
+
 void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now) {
   // The memory of the wait or pass below, made before anything changes: once expires_at()
   // has cancelled the armed wait, a failing allocation would leave the accepted waits
@@ -79,12 +121,7 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
   if (at <= now) {
     // Already due (or a bounded pass left work): run a pass after what is queued. A wait
     // still pending on the internal timer would keep run() from returning: cancel it.
-    const std::uint64_t generation = next_generation();
-    boost::asio::post(executor_,
-                      boost::asio::bind_allocator(pool_allocator<void>(pool_),
-                                                  [this, generation] {
-                                                    pass_(owner_, generation, false);
-                                                  }));
+    post_pass(next_generation());
     generation_ = issue();
     armed_at_ = at;
     if (timer_armed_) {
@@ -93,13 +130,26 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
     }
     return;
   }
-  // expires_at() cancels the wait we had; should async_wait() then throw, the driver is
-  // unarmed and says so, and the cancelled wait, still of the wanted generation, comes
-  // as a wake-up (accept()) whose pass arms it again.
   armed_at_.reset();
   timer_armed_ = false;
-  timer().expires_at(clock_time(at));
-  timer().async_wait(timer_handler(this, next_generation()));
+  try {
+    timer().expires_at(clock_time(at));
+    timer().async_wait(timer_handler(this, next_generation()));
+  } catch (...) {
+    // Asio's timer queue could not grow (the wait's own memory is pooled here), or, with
+    // no scheduler, the wait's memory. expires_at() cancelled the wait we had, if any,
+    // which still comes as a wake-up of the wanted generation (accept()); but a pass
+    // re-arming the driver had none. With a scheduler, a pass queued now keeps the waits
+    // awake: its block is the failed wait's, given back (should reserve() still throw,
+    // the driver is unarmed and says so, as without a scheduler).
+    if (scheduler_ != nullptr) {
+      posted_.reserve(1);
+      post_pass(next_generation());
+      generation_ = issue();
+      armed_at_ = now;
+    }
+    throw;
+  }
   generation_ = issue();
   armed_at_ = at;
   timer_armed_ = true;

@@ -66,8 +66,7 @@ void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
       (&boost::asio::query(executor_, boost::asio::execution::context) == &context() &&
        (executor_.target<io_executor>() != nullptr ||
         executor_.target<pool_executor>() != nullptr));
-  driver_.emplace(executor_, origin_, options_.slack, &wheel_service::wake, this,
-                  context_queue_goes_first());
+  driver_.emplace(executor_, origin_, options_.slack, &wheel_service::wake, this, scheduler_);
   attached_.store(true, std::memory_order_release);
 }
 

@@ -1073,6 +1073,83 @@ BOOST_AUTO_TEST_CASE(driver_rearm_failure_keeps_pending_waits_awake) {
   });
 }
 
+// On an io_context the driver's wake-ups come from its pool, and a pass already due is
+// queued on Asio's scheduler as an operation of the driver's: a pass that re-arms the
+// driver (bounded by max_per_pass, or for a later wait) makes no allocation at all. A run
+// with every allocation failing still completes every wait (a review found a pass posted
+// through the context's any_io_executor, which allocates: out of memory, run() threw and
+// the waits after it never completed).
+BOOST_AUTO_TEST_CASE(passes_on_an_io_context_allocate_nothing) {
+  asio::io_context ctx;
+  twheel::configure(ctx, twheel::wheel_options{.max_per_pass = 1});
+  std::array<twheel::steady_timer, 4> timers{twheel::steady_timer(ctx), twheel::steady_timer(ctx),
+                                             twheel::steady_timer(ctx), twheel::steady_timer(ctx)};
+  // The first round makes what a context makes once (Asio's timer queue, the pools).
+  for (const bool armed : {false, true}) {
+    BOOST_TEST_CONTEXT((armed ? "every allocation failing" : "first round")) {
+      ledger l;
+      for (std::size_t i = 0; i != timers.size(); ++i) {
+        timers[i].expires_after(i + 1 == timers.size() ? 15ms : 1ms);
+        const int id = l.take();
+        timers[i].async_wait(small_handler(l, id));
+        l.accepted[id] = true;
+      }
+      std::this_thread::sleep_for(3ms);  // three due: three bounded passes
+      ctx.restart();
+      bool threw = false;
+      {
+        burst_mode = armed;
+        fault_scope scope(armed ? 1 : 0);
+        try {
+          ctx.run();
+        } catch (const std::bad_alloc&) {
+          threw = true;
+        }
+        FI_CHECK(!injected);  // nothing tried to allocate
+        burst_mode = false;
+      }
+      BOOST_TEST(!threw);
+      check_ledger(l);
+      BOOST_TEST(twheel::stats(ctx).pending == 0u);
+    }
+  }
+}
+
+// The internal timer's first wait of a context (Asio's timer queue grows) made in a pass:
+// the first wake-up was a pass already due. Out of memory, the exception leaves run(), as
+// Asio's own failures do, and a pass is queued instead, so the waits still pending stay
+// awake: the next run() completes them. Before, the driver was left unarmed, and they
+// never completed (a review found it).
+BOOST_AUTO_TEST_CASE(a_failed_rearm_in_a_pass_keeps_the_waits_awake) {
+  for_every_allocation([](long n) {
+    ledger l;
+    asio::io_context ctx;
+    twheel::steady_timer due(ctx);  // expired: its expiry is the clock's epoch
+    twheel::steady_timer later(ctx, 10ms);
+    const int id_due = l.take();
+    due.async_wait(small_handler(l, id_due));  // the driver: a pass already due
+    l.accepted[id_due] = true;
+    const int id_later = l.take();
+    later.async_wait(small_handler(l, id_later));  // armed by that pass
+    l.accepted[id_later] = true;
+    {
+      fault_scope armed(n);
+      try {
+        ctx.run();
+      } catch (const std::bad_alloc&) {
+        end_burst();
+      }
+    }
+    ctx.restart();
+    const auto give_up = std::chrono::steady_clock::now() + 1s;
+    while (twheel::stats(ctx).pending != 0 && std::chrono::steady_clock::now() < give_up) {
+      if (ctx.run_one_for(100ms) == 0) ctx.restart();
+    }
+    ctx.run();
+    check_ledger(l);
+  });
+}
+
 // A periodic wait started while the due tick's handler is queued is parked, and filed for
 // the grid's next tick when that handler runs. On a context of the user's own, filing it
 // arms the driver, which allocates; if that fails, the parked wait is aborted rather than

@@ -118,9 +118,9 @@ void configure(boost::asio::execution_context& ctx, const wheel_options& options
 /// so configure() may still follow). Safe from any thread; takes the wheel's lock.
 wheel_stats stats(boost::asio::execution_context& ctx);
 
-/// One timing wheel per execution context (an io_context or a thread_pool), driven by a
-/// single internal boost::asio::steady_timer that is armed only while waits are pending,
-/// at the earliest non-empty slot. Timers (basic_waitable_timer, ...) are thin shells
+/// One timing wheel per execution context (an io_context or a thread_pool), driven by an
+/// internal boost::asio::steady_timer that is armed only while waits are pending, at the
+/// earliest non-empty slot (and a second one standing by at the slot after it). Timers (basic_waitable_timer, ...) are thin shells
 /// over it. Created by the first use of the context's wheel (use_service) or by
 /// configure().
 ///

@@ -1,18 +1,18 @@
-// twheel/detail/block_pool.hpp: recycled memory for the operations the service posts to
-// its context (drains and driver waits) and for cancel_after's states, and an allocator
+// twheel/detail/block_pool.hpp: recycled memory for the driver's wake-ups (its internal
+// timers' waits and the passes it queues) and for cancel_after's states, and an allocator
 // that draws from it.
 //
-// Why: the service posts one drain per completed handler; a malloc and a free each would
-// cost more than the rest of the drain. Blocks are kept and reused instead: taken under
-// the service's lock (a pop from a private list), given back by Asio from whichever thread
-// ran the operation (a push onto a shared list, one compare-exchange), and the shared list
-// is taken over whole when the private one runs dry, so there is no ABA problem. The pool
-// keeps as many blocks as were ever in flight at once, carved from chunks that are freed
-// with it.
+// Why: the driver arms a wake-up per pass and cancel_after makes a state per operation; a
+// malloc and a free each would cost more than the rest of either, and a pass must not
+// allocate (out of memory, it would throw out of run()). Blocks are kept and reused
+// instead: taken under the service's lock (a pop from a private list), given back by Asio
+// from whichever thread ran the operation (a push onto a shared list, one
+// compare-exchange), and the shared list is taken over whole when the private one runs
+// dry, so there is no ABA problem. The pool keeps as many blocks as were ever in flight
+// at once, carved from chunks that are freed with it.
 //
-// The cancel and destroy paths must not allocate: the blocks of drains are all back in the
-// pool whenever no drain is in flight, and a few are made up front, so posting the first
-// drain never allocates.
+// A few blocks are made up front, and a wake-up's block is back in the pool before its
+// pass runs, so the pass finds one when it arms the driver again.
 //
 // A give-back is one compare-exchange, or a plain store while the process has one thread
 // (process_threads.hpp). A give-back writes the block's first word only: an object the

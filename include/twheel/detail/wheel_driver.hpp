@@ -5,6 +5,7 @@
 #include <twheel/detail/block_pool.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/detail/scheduler.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
@@ -36,20 +37,25 @@ class wheel_driver {
   using pass_fn = void (*)(void* owner, std::uint64_t generation, bool from_timer);
 
   // `origin`: the clock time of wheel time 0. `slack`: how late a future wake-up may be
-  // put so that it takes more with it (wheel_options::slack). `pooled`: the wake-ups'
-  // memory may come from the driver's own pool, because the context destroys what it
-  // holds of them before the driver goes (an io_context or a thread_pool). Another
-  // context may destroy its queue after its services: there, Asio's allocator.
+  // put so that it takes more with it (wheel_options::slack). `scheduler`: the context's
+  // Asio scheduler (an io_context or a thread_pool), or null. With one, the wake-ups'
+  // memory comes from the driver's own pool, because that context destroys what it holds
+  // of them before the driver goes, and a pass already due is queued on it as an operation
+  // of the driver's: a pass re-arms the driver without allocating. Another context may
+  // destroy its queue after its services: there, Asio's allocator and a posted function.
   wheel_driver(const boost::asio::any_io_executor& ex, clock_type::time_point origin,
-               std::chrono::nanoseconds slack, pass_fn pass, void* owner, bool pooled);
+               std::chrono::nanoseconds slack, pass_fn pass, void* owner,
+               boost::asio::detail::scheduler* scheduler);
 
   // Makes sure a pass runs at `next` (+ slack if it is after `now`) or earlier, and, with
   // no slack, puts the standby at `following` (> next), the wake-up expected after it.
   // Throws only if the wake-up cannot be set up: its memory (then nothing changed), or
   // async_wait() after expires_at() cancelled the armed wait (unpooled, or Asio's timer
-  // queue growing): then the driver is unarmed and says so, and the cancelled wait still
-  // comes as the wanted wake-up, whose pass arms it again. Either way the next ensure()
-  // arms it.
+  // queue growing). With a scheduler, a pass already due is queued instead, and the
+  // exception still leaves the caller (out of run(), as Asio's own failures do): the
+  // driver stays armed. Without one, the driver is unarmed and says so, and the cancelled
+  // wait still comes as the wanted wake-up, whose pass arms it again. Either way the next
+  // ensure() arms it.
   void ensure(std::chrono::nanoseconds next, std::chrono::nanoseconds now,
               std::optional<std::chrono::nanoseconds> following = std::nullopt);
   // True if a pass is already wanted at `t` or earlier: ensure(next) with next >= t would
@@ -82,6 +88,8 @@ class wheel_driver {
 
  private:
   class timer_handler;
+  class pass_op;
+  void post_pass(std::uint64_t generation);
   void arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now);
   void stand_by(std::chrono::nanoseconds at) noexcept;
   void cancel_standby() noexcept;
@@ -98,8 +106,9 @@ class wheel_driver {
   std::chrono::nanoseconds slack_;
   pass_fn pass_;
   void* owner_;
+  boost::asio::detail::scheduler* scheduler_;         // see the constructor
   block_pool posted_;                                 // the memory of the wake-ups
-  block_pool* pool_;                                  // &posted_, or none (see the constructor)
+  block_pool* pool_;                                  // &posted_ with a scheduler, or none
   // The wake-up's timer is timers_[wake_], the standby's the other: they swap roles
   // without moving a timer. timers_[wake_] always exists (until release()); the other is
   // made by stand_by(), so it exists whenever standby_at_ is set, and roles swap only
