@@ -6,6 +6,7 @@
 
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <cassert>
 #include <new>
 #include <utility>
@@ -282,6 +283,10 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer) {
     if (epoch_in_use_) epoch().pass(clock_now);  // before any stamp is read
     std::chrono::nanoseconds now = wheel_time(clock_now);
     driver_->note_pass(now);
+    const auto seen = [this](std::chrono::nanoseconds t) {
+      seen_tick_ = std::max(seen_tick_, wheel_.tick_of(t));
+    };
+    seen(now);
     // Entries examined so far: each one examined is either detached or re-filed (a slot
     // moved whole counts as one).
     const auto examined = [this] {
@@ -304,6 +309,7 @@ void wheel_service::on_driver(std::uint64_t generation, bool from_timer) {
       const auto next = wheel_.next_expiry();
       if (!next || *next > wheel_.now()) break;
       now = wheel_time(clock_type::now());
+      seen(now);
       pass.now = now;
       detached = wheel_.advance(now, due, &settle_due, &pass,
                                 options_.max_per_pass - static_cast<std::size_t>(used),

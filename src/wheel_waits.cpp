@@ -8,6 +8,7 @@ namespace twheel {
 // Throws only if the driver cannot be armed (then the caller takes the wait back).
 void wheel_service::file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline) {
   ++stats_.pending;
+  timer.filed_pass = static_cast<std::uint16_t>(stats_.wakeups);
   const std::chrono::nanoseconds floor = timer.is_pending() ? wheel_.reschedule(timer, deadline)
                                                             : wheel_.insert(timer, deadline);
   // The wheel's next expiry is no earlier than `floor` unless it was already: a driver
@@ -146,23 +147,48 @@ bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) 
 // timer's destruction unlinks it.
 std::size_t wheel_service::cancel(detail::timer_state& timer) {
   lock_type lock(mutex_);
+  if (seen_due(timer)) {
+    complete_seen_due(timer);
+    return 0;
+  }
   return abort_waits(timer, static_cast<std::size_t>(-1));
 }
 
+// A seen_due() timer's waits all complete: none of them can be cancelled any more, so
+// cancel_one() cancels none, as Asio's finds them all queued.
 std::size_t wheel_service::cancel_one(detail::timer_state& timer) {
   lock_type lock(mutex_);
+  if (seen_due(timer)) {
+    complete_seen_due(timer);
+    return 0;
+  }
   return abort_waits(timer, 1);
 }
 
 void wheel_service::destroy(detail::timer_state& timer) noexcept {
   lock_type lock(mutex_);
-  abort_waits(timer, static_cast<std::size_t>(-1));
+  if (seen_due(timer)) {
+    complete_seen_due(timer);
+  } else {
+    abort_waits(timer, static_cast<std::size_t>(-1));
+  }
   wheel_.remove(timer);
+}
+
+void wheel_service::complete_seen_due(detail::timer_state& timer) noexcept {
+  settled fired;
+  const std::size_t count =
+      settle_waits(timer, static_cast<std::size_t>(-1), detail::wait_result::success, fired);
+  stats_.pending -= count;
+  stats_.fired += count;
+  hand_over(fired);
+  if (stats_.pending == 0) disarm_driver();
 }
 
 void wheel_service::move(detail::timer_state& to, detail::timer_state& from) noexcept {
   lock_type lock(mutex_);
   wheel_.replace(from, to);
+  to.filed_pass = from.filed_pass;
   to.box.take(from.box);
   to.waits.splice_back(from.waits);
   to.waits.for_each([&to](detail::wait_op* op) {
@@ -177,11 +203,16 @@ void wheel_service::cancel_wait(detail::wait_canceller& canceller) noexcept {
   lock_type lock(mutex_);
   if (canceller.service_.load(std::memory_order_relaxed) == nullptr) return;  // settled
   if (!canceller.timer_->waits.erase(canceller.op_)) return;
-  settled aborted;
-  settle_op(canceller.op_, detail::wait_result::aborted, aborted);
+  settled ended;
   --stats_.pending;
-  ++stats_.cancelled;
-  hand_over(aborted);  // the timer keeps its place, as in cancel()
+  if (seen_due(*canceller.timer_)) {
+    settle_op(canceller.op_, detail::wait_result::success, ended);
+    ++stats_.fired;
+  } else {
+    settle_op(canceller.op_, detail::wait_result::aborted, ended);
+    ++stats_.cancelled;
+  }
+  hand_over(ended);  // the timer keeps its place, as in cancel()
   if (stats_.pending == 0) disarm_driver();
 }
 

@@ -2070,6 +2070,67 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(aborts_complete_ahead_of_waits_already_due, Timer,
   for (int id : {1, 2, 3, 6}) BOOST_TEST(!log.ec(id));
 }
 
+// Waits whose deadlines all passed before run(): once the first handler runs, the others
+// are queued already (Asio's reactor queues every expired timer it finds), so cancelling,
+// re-arming or destroying their timers from that handler, or emitting their cancellation
+// slots, no longer aborts them, and cancel() counts none. twheel's pass settles at most
+// max_per_pass entries (4,096 by default, cascades included) and aborted the rest (a
+// review found it: 905 of 5,000 deadlines at once, 1,088 of 2,000 spread over 4 ms).
+BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
+BOOST_AUTO_TEST_CASE_TEMPLATE(waits_due_together_can_no_longer_be_cancelled, Timer, timer_types) {
+  for (const bool spread : {false, true}) {
+    BOOST_TEST_CONTEXT((spread ? "2,000 deadlines over 4 ms" : "5,000 deadlines at once")) {
+      asio::io_context ctx;
+      const int n = spread ? 2000 : 5000;
+      const auto start = Timer::clock_type::now() + (spread ? 100ms : 1ms);
+      std::vector<std::unique_ptr<Timer>> timers;
+      std::vector<asio::cancellation_signal> signals(static_cast<std::size_t>(n));
+      int succeeded = 0, aborted_count = 0;
+      std::size_t cancelled = 0;
+      bool first = true;
+      // A wait started after that on an expired timer has not been seen as due yet: it is
+      // still cancelled.
+      Timer expired(ctx);
+      std::optional<error_code> expired_ec;
+      std::size_t expired_cancelled = 0;
+      const auto end_the_others = [&](int self) {
+        expired.async_wait([&](error_code ec) { expired_ec = ec; });
+        expired_cancelled = expired.cancel();
+        for (int j = 0; j < n; ++j) {
+          if (j == self || !timers[j]) continue;
+          switch (j % 5) {
+            case 0: cancelled += timers[j]->cancel(); break;
+            case 1: cancelled += timers[j]->cancel_one(); break;
+            case 2: cancelled += timers[j]->expires_after(10s); break;
+            case 3: timers[j].reset(); break;
+            default: signals[j].emit(asio::cancellation_type::all); break;
+          }
+        }
+      };
+      for (int i = 0; i < n; ++i) {
+        timers.push_back(std::make_unique<Timer>(ctx, spread ? start + (4ms * i) / n : start));
+        auto handler = [&, i](error_code ec) {
+          ++(ec ? aborted_count : succeeded);
+          if (std::exchange(first, false)) end_the_others(i);
+        };
+        if (i % 5 == 4) {
+          timers.back()->async_wait(asio::bind_cancellation_slot(signals[i].slot(), handler));
+        } else {
+          timers.back()->async_wait(handler);
+        }
+      }
+      std::this_thread::sleep_until(start + 30ms);
+      auto r = run_ctx(ctx, run_limit);
+      BOOST_TEST(!r.timed_out);
+      BOOST_TEST(succeeded == n);
+      BOOST_TEST(aborted_count == 0);
+      BOOST_TEST(cancelled == 0u);
+      BOOST_TEST(expired_cancelled == 1u);
+      BOOST_TEST((expired_ec == aborted));
+    }
+  }
+}
+
 // The handlers of waits that expire together spread over the threads running the context:
 // with two threads, two of them run at the same time.
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(60))

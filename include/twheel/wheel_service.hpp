@@ -385,6 +385,21 @@ class wheel_service : public boost::asio::execution_context::service {
     return abort_settled(timer, max);
   }
   std::size_t abort_settled(detail::timer_state& timer, std::size_t max) noexcept;
+  // Whether the waits of `timer` were due at the last pass, which saw them but left them
+  // to the next (it settles at most max_per_pass entries, cascades included). Asio's
+  // reactor queues every expired timer it sees at once, and from then on cancel(),
+  // expires_*(), destruction and a cancellation slot find them completed: so do ours.
+  // Not an idle timer's waits (a touch may have put them off), nor those filed since
+  // that pass (Asio's reactor has not seen them either). Cheap on purpose: cancel()
+  // asks it on every re-arm.
+  bool seen_due(const detail::timer_state& timer) const noexcept {
+    return timer.deadline_tick() <= seen_tick_ &&
+           timer.filed_pass != static_cast<std::uint16_t>(stats_.wakeups) &&
+           timer.is_pending() && !timer.idle;
+  }
+  // Completes the waits of a seen_due() timer, oldest first, as the next pass would have;
+  // the timer keeps its place, which that pass drops.
+  void complete_seen_due(detail::timer_state& timer) noexcept;
   std::size_t after_abort(std::size_t count) noexcept {
     stats_.pending -= count;
     stats_.cancelled += count;
@@ -454,7 +469,8 @@ class wheel_service : public boost::asio::execution_context::service {
   boost::asio::detail::scheduler* scheduler_ = nullptr;  // the context's, if it has one
   bool shut_down_ = false;
   std::optional<detail::wheel_driver> driver_;  // made by the first attach
-  wheel_stats stats_;
+  wheel_stats stats_;  // stats_.wakeups also counts the passes for seen_due()
+  std::uint64_t seen_tick_ = 0;  // the last pass's tick: what was due by it (seen_due())
   // An idle timer was made: set once. epoch_in_use_ is read under the lock (by
   // ensure_driver() and the passes); epoch_kept_, set once the first idle timer's
   // construction can no longer fail there, by the later ones' constructors without it.

@@ -42,6 +42,9 @@ struct timer_state : wheel_entry {
   // Its waits are timeouts of operations (beast::basic_stream's): like cancel_after's, they
   // count as pending but wheel_options::max_pending never refuses them.
   bool never_refused = false;
+  // The wheel's pass count (low bits) when its last wait was filed: a wait filed before
+  // the last pass and due by its time is one that pass saw (wheel_service::seen_due()).
+  std::uint16_t filed_pass = 0;
   // The oldest wait, if its handler fits in a box; used only while `waits` is empty, so
   // that it stays the oldest.
   handler_box box;
