@@ -88,6 +88,10 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   }
   records_.reserve();
   op->set_link(canceller);
+  // Waits the last pass saw due are completed, not aborted by a replacement, nor left to
+  // share the timer with the new wait, which that pass did not see (seen_due() is the
+  // timer's, for all its waits).
+  if (seen_due(timer)) complete_seen_due(timer);
   // The waits a replacement aborts, oldest first (the box's, then the queue's). They are
   // aborted only once the new wait is filed: filing may re-arm the driver, which may
   // throw, and then they stay pending (aborted first, they were lost with the re-arm).
@@ -114,11 +118,14 @@ void wheel_service::refile(detail::timer_state& timer, clock_type::time_point de
   lock_type lock(mutex_);
   if (shut_down_ || !timer.has_waits()) return;
   const std::uint64_t filed_tick = timer.deadline_tick();
+  const std::uint16_t filed_pass = timer.filed_pass;
   const std::chrono::nanoseconds floor = wheel_.reschedule(timer, at);
+  timer.filed_pass = static_cast<std::uint16_t>(stats_.wakeups);  // no pass saw it there
   try {
     if (!driver_->wanted_by(floor)) ensure_driver();
   } catch (...) {
     wheel_.undo_reschedule(timer, filed_tick);
+    timer.filed_pass = filed_pass;
     throw;
   }
 }

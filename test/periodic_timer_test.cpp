@@ -12,6 +12,7 @@
 #include <twheel/wheel_service.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/error.hpp>
@@ -466,6 +467,78 @@ BOOST_AUTO_TEST_CASE(a_wait_started_while_the_due_tick_is_queued_waits_for_the_n
       }
     }
   }
+}
+
+// A tick a pass saw due but left to the next (max_per_pass 1, other waits due first) is
+// due all the same: the next wait, started from one of those handlers, does not abort it
+// (as a steady_timer's cancel() and expires_*() do not), and waits for the following tick.
+BOOST_AUTO_TEST_CASE(a_tick_a_bounded_pass_saw_due_is_not_aborted_by_the_next_wait) {
+  asio::io_context ctx;
+  twheel::configure(ctx, twheel::wheel_options{.max_per_pass = 1});
+  periodic_timer timer(ctx, 20ms);
+  std::optional<error_code> first, second;
+  wall::time_point second_at{};
+  timer.async_wait([&](error_code ec) { first = ec; });
+  const auto due = timer.next_tick();  // set by the first wait
+  std::vector<std::unique_ptr<twheel::steady_timer>> others;
+  bool started = false;
+  for (int i = 0; i < 8; ++i) {
+    others.push_back(std::make_unique<twheel::steady_timer>(ctx, due - 1ms));
+    others.back()->async_wait([&](error_code) {
+      if (std::exchange(started, true)) return;
+      BOOST_TEST_REQUIRE(!first.has_value());  // the tick's wait: seen, not settled
+      timer.async_wait([&](error_code ec) {
+        second = ec;
+        second_at = wall::now();
+      });
+    });
+  }
+  std::this_thread::sleep_until(due + 5ms);
+  const run_result r = run_ctx(ctx, 20s);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST_REQUIRE(first.has_value());
+  BOOST_TEST(!*first);  // it was aborted before
+  BOOST_TEST_REQUIRE(second.has_value());
+  BOOST_TEST(!*second);
+  BOOST_TEST((second_at >= due + 20ms));
+  BOOST_TEST(timer.ticks() == 2u);
+}
+
+// A parked wait filed for the grid's next tick, already past, when the wait before it ran:
+// no pass has seen it there, so cancel() still aborts it (a review found it completed
+// with success and cancel() counting none: the re-file kept the pass count of the wait's
+// start, from before the pass that had come since).
+BOOST_AUTO_TEST_CASE(a_parked_wait_filed_for_a_past_tick_is_still_cancelled) {
+  asio::io_context ctx, handler_ctx;  // the first wait's handler runs in handler_ctx
+  periodic_timer timer(ctx, 50ms);
+  const auto t0 = wall::now();
+  std::optional<error_code> first, second;
+  std::size_t cancelled = 99;
+  timer.async_wait(asio::bind_executor(handler_ctx.get_executor(), [&](error_code ec) {
+    first = ec;
+    cancelled = timer.cancel();  // the parked wait was just filed for the grid's tick
+  }));
+  twheel::steady_timer other(ctx, t0 + 60ms);  // a pass after the second wait is parked
+  other.async_wait([](error_code) {});
+  asio::post(ctx, [&] {
+    // The tick has come, no pass yet: the new wait aborts the first and is parked.
+    std::this_thread::sleep_until(t0 + 55ms);
+    timer.async_wait([&](error_code ec) { second = ec; });
+  });
+  ctx.run_one();  // the post
+  const auto give_up = wall::now() + 10s;
+  while (twheel::stats(ctx).fired == 0 && wall::now() < give_up) ctx.run_one();
+  BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 1u);  // other's pass has run
+  handler_ctx.run();  // the first wait's handler: the parked wait is filed, then cancelled
+  ctx.restart();
+  const run_result r = run_ctx(ctx, 20s);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST_REQUIRE(first.has_value());
+  BOOST_TEST(*first == aborted);
+  BOOST_TEST(cancelled == 1u);
+  BOOST_TEST_REQUIRE(second.has_value());
+  BOOST_TEST(*second == aborted);
+  BOOST_TEST(timer.ticks() == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(destruction_aborts_the_pending_wait_later_from_run) {

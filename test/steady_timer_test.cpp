@@ -2073,7 +2073,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(aborts_complete_ahead_of_waits_already_due, Timer,
 // Waits whose deadlines all passed before run(): once the first handler runs, the others
 // are queued already (Asio's reactor queues every expired timer it finds), so cancelling,
 // re-arming or destroying their timers from that handler, or emitting their cancellation
-// slots, no longer aborts them, and cancel() counts none. twheel's pass settles at most
+// slots, no longer aborts them, and cancel() counts none. A second wait started on such a
+// timer then is not queued yet: cancel() aborts it alone. twheel's pass settles at most
 // max_per_pass entries (4,096 by default, cascades included) and aborted the rest (a
 // review found it: 905 of 5,000 deadlines at once, 1,088 of 2,000 spread over 4 ms).
 BOOST_TEST_DECORATOR(*boost::unit_test::timeout(30))
@@ -2085,8 +2086,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(waits_due_together_can_no_longer_be_cancelled, Tim
       const auto start = Timer::clock_type::now() + (spread ? 100ms : 1ms);
       std::vector<std::unique_ptr<Timer>> timers;
       std::vector<asio::cancellation_signal> signals(static_cast<std::size_t>(n));
-      int succeeded = 0, aborted_count = 0;
-      std::size_t cancelled = 0;
+      int succeeded = 0, aborted_count = 0, second_ok = 0, second_aborted = 0;
+      std::size_t cancelled = 0, second_waits = 0, second_cancelled = 0;
       bool first = true;
       // A wait started after that on an expired timer has not been seen as due yet: it is
       // still cancelled.
@@ -2098,12 +2099,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(waits_due_together_can_no_longer_be_cancelled, Tim
         expired_cancelled = expired.cancel();
         for (int j = 0; j < n; ++j) {
           if (j == self || !timers[j]) continue;
-          switch (j % 5) {
+          switch (j % 6) {
             case 0: cancelled += timers[j]->cancel(); break;
             case 1: cancelled += timers[j]->cancel_one(); break;
             case 2: cancelled += timers[j]->expires_after(10s); break;
             case 3: timers[j].reset(); break;
-            default: signals[j].emit(asio::cancellation_type::all); break;
+            case 4: signals[j].emit(asio::cancellation_type::all); break;
+            default:
+              ++second_waits;
+              timers[j]->async_wait([&](error_code ec) { ++(ec ? second_aborted : second_ok); });
+              second_cancelled += timers[j]->cancel();
+              break;
           }
         }
       };
@@ -2113,7 +2119,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(waits_due_together_can_no_longer_be_cancelled, Tim
           ++(ec ? aborted_count : succeeded);
           if (std::exchange(first, false)) end_the_others(i);
         };
-        if (i % 5 == 4) {
+        if (i % 6 == 4) {
           timers.back()->async_wait(asio::bind_cancellation_slot(signals[i].slot(), handler));
         } else {
           timers.back()->async_wait(handler);
@@ -2125,6 +2131,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(waits_due_together_can_no_longer_be_cancelled, Tim
       BOOST_TEST(succeeded == n);
       BOOST_TEST(aborted_count == 0);
       BOOST_TEST(cancelled == 0u);
+      BOOST_TEST(second_cancelled == second_waits);
+      BOOST_TEST(second_aborted == static_cast<int>(second_waits));
+      BOOST_TEST(second_ok == 0);
       BOOST_TEST(expired_cancelled == 1u);
       BOOST_TEST((expired_ec == aborted));
     }

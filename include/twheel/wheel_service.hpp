@@ -390,8 +390,11 @@ class wheel_service : public boost::asio::execution_context::service {
   // reactor queues every expired timer it sees at once, and from then on cancel(),
   // expires_*(), destruction and a cancellation slot find them completed: so do ours.
   // Not an idle timer's waits (a touch may have put them off), nor those filed since
-  // that pass (Asio's reactor has not seen them either). Cheap on purpose: cancel()
-  // asks it on every re-arm.
+  // that pass (Asio's reactor has not seen them either): a new wait completes the seen
+  // ones first (start_wait()). Cheap on purpose: cancel() asks it on every re-arm. The
+  // pass count is kept in 16 bits: a wait left unsettled by 65,536 passes in a row (a
+  // backlog of 65,536 times max_per_pass due waits) may be taken for one filed since,
+  // and aborted as before.
   bool seen_due(const detail::timer_state& timer) const noexcept {
     return timer.deadline_tick() <= seen_tick_ &&
            timer.filed_pass != static_cast<std::uint16_t>(stats_.wakeups) &&
