@@ -120,9 +120,9 @@ wheel_stats stats(boost::asio::execution_context& ctx);
 
 /// One timing wheel per execution context (an io_context or a thread_pool), driven by an
 /// internal boost::asio::steady_timer that is armed only while waits are pending, at the
-/// earliest non-empty slot (and a second one standing by at the slot after it). Timers (basic_waitable_timer, ...) are thin shells
-/// over it. Created by the first use of the context's wheel (use_service) or by
-/// configure().
+/// earliest non-empty slot (and a second one standing by at the slot after it). Timers
+/// (basic_waitable_timer, ...) are thin shells over it. Created by the first use of the
+/// context's wheel (use_service) or by configure().
 ///
 /// Handlers complete on their associated executors, outside the lock. If one throws, the
 /// exception propagates out of the context's run() (as with Asio), and the other
