@@ -90,7 +90,8 @@ void wheel_service::start_wait(detail::timer_state& timer, std::chrono::nanoseco
   op->set_link(canceller);
   // Waits the last pass saw due are completed, not aborted by a replacement, nor left to
   // share the timer with the new wait, which that pass did not see (seen_due() is the
-  // timer's, for all its waits).
+  // timer's, for all its waits). Done before the filing changes what seen_due() says;
+  // abort_waits() below then finds no seen waits left.
   if (seen_due(timer)) complete_seen_due(timer);
   // The waits a replacement aborts, oldest first (the box's, then the queue's). They are
   // aborted only once the new wait is filed: filing may re-arm the driver, which may
@@ -154,31 +155,17 @@ bool wheel_service::unschedule(detail::timer_state& timer, detail::wait_op* op) 
 // timer's destruction unlinks it.
 std::size_t wheel_service::cancel(detail::timer_state& timer) {
   lock_type lock(mutex_);
-  if (seen_due(timer)) {
-    complete_seen_due(timer);
-    return 0;
-  }
   return abort_waits(timer, static_cast<std::size_t>(-1));
 }
 
-// A seen_due() timer's waits all complete: none of them can be cancelled any more, so
-// cancel_one() cancels none, as Asio's finds them all queued.
 std::size_t wheel_service::cancel_one(detail::timer_state& timer) {
   lock_type lock(mutex_);
-  if (seen_due(timer)) {
-    complete_seen_due(timer);
-    return 0;
-  }
   return abort_waits(timer, 1);
 }
 
 void wheel_service::destroy(detail::timer_state& timer) noexcept {
   lock_type lock(mutex_);
-  if (seen_due(timer)) {
-    complete_seen_due(timer);
-  } else {
-    abort_waits(timer, static_cast<std::size_t>(-1));
-  }
+  abort_waits(timer, static_cast<std::size_t>(-1));
   wheel_.remove(timer);
 }
 
