@@ -103,14 +103,18 @@ wheel_driver::clock_type::time_point wheel_driver::clock_time(
   return at >= headroom ? clock_type::time_point::max() : origin_ + at;
 }
 
-// With a scheduler: posted_ holds a block for it (reserve()), so it does not throw.
-void wheel_driver::post_pass(std::uint64_t generation) {
+// The wanted wake-up becomes a pass after what is queued, for `at` (already due). With
+// a scheduler, posted_ holds a block for it (reserve()), so it does not throw.
+void wheel_driver::arm_pass(std::chrono::nanoseconds at) {
+  const std::uint64_t generation = next_generation();
   if (scheduler_ != nullptr) {
     scheduler_->post_immediate_completion(::new (posted_.take()) pass_op(this, generation),
                                           false);
-    return;
+  } else {
+    boost::asio::post(executor_, [this, generation] { pass_(owner_, generation, false); });
   }
-  boost::asio::post(executor_, [this, generation] { pass_(owner_, generation, false); });
+  generation_ = issue();
+  armed_at_ = at;
 }
 
 void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now) {
@@ -121,9 +125,7 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
   if (at <= now) {
     // Already due (or a bounded pass left work): run a pass after what is queued. A wait
     // still pending on the internal timer would keep run() from returning: cancel it.
-    post_pass(next_generation());
-    generation_ = issue();
-    armed_at_ = at;
+    arm_pass(at);
     if (timer_armed_) {
       timer_armed_ = false;
       timer().cancel();
@@ -144,9 +146,7 @@ void wheel_driver::arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now
     // the driver is unarmed and says so, as without a scheduler).
     if (scheduler_ != nullptr) {
       posted_.reserve(1);
-      post_pass(next_generation());
-      generation_ = issue();
-      armed_at_ = now;
+      arm_pass(now);
     }
     throw;
   }

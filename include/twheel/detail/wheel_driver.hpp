@@ -89,7 +89,7 @@ class wheel_driver {
  private:
   class timer_handler;
   class pass_op;
-  void post_pass(std::uint64_t generation);
+  void arm_pass(std::chrono::nanoseconds at);
   void arm(std::chrono::nanoseconds at, std::chrono::nanoseconds now);
   void stand_by(std::chrono::nanoseconds at) noexcept;
   void cancel_standby() noexcept;
