@@ -6,6 +6,7 @@
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <stdexcept>
 #include <string>
@@ -48,7 +49,11 @@ wheel_service::wheel_service(execution_context& ctx, const wheel_options& option
       origin_(clock_type::now()),
       mutex_(!options.single_threaded && !detail::asio_runs_unlocked(ctx, scheduler)),
       wheel_(to_config(options)),
-      scheduler_(scheduler) {}
+      scheduler_(scheduler) {
+  // The driver's timers are Asio steady_timers: their service must outlive the wheel,
+  // which destroys them. Acquired here, it is older, so destroyed later.
+  boost::asio::use_service<detail::steady_timer_service>(ctx);
+}
 
 void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
   using io_executor = boost::asio::io_context::executor_type;
@@ -71,6 +76,17 @@ void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
 }
 
 wheel_service::~wheel_service() {
+  // A wheel first used while its context was shutting down (a handler destroyed by that
+  // shutdown made the context's first twheel timer) was created after the context began
+  // shutting its services down, so it was never shut down itself. Whatever of it the
+  // scheduler holds now (a pass, a record, the driver's cancelled wait) the scheduler
+  // would destroy only in its own destructor, after this wheel's memory is gone: shut down
+  // here, and have the scheduler destroy what it holds again (idempotent) while the wheel
+  // still exists.
+  if (!shut_down_ && driver_) {
+    shutdown();
+    if (auto* scheduler = detail::scheduler_of(context())) scheduler->shutdown();
+  }
   detail::wheels_destroyed.fetch_add(1, std::memory_order_release);
 }
 
@@ -172,6 +188,8 @@ void configure(execution_context& ctx, const wheel_options& options,
     ec = boost::asio::error::already_started;
   } catch (const std::bad_alloc&) {
     ec = boost::asio::error::no_memory;
+  } catch (const boost::system::system_error& e) {
+    ec = e.code();  // Asio's timer service could not be made (its reactor's descriptors)
   }
 }
 

@@ -29,6 +29,7 @@
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <boost/system/system_error.hpp>
 
 #include <algorithm>
 #include <array>
@@ -52,6 +53,12 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
 
 #include "support.hpp"
 
@@ -141,6 +148,9 @@ thrown what_throws(F f) {
     t.what = e.what();
   } catch (const std::logic_error& e) {
     t.kind = "logic_error";
+    t.what = e.what();
+  } catch (const boost::system::system_error& e) {
+    t.kind = "system_error";
     t.what = e.what();
   } catch (const std::exception& e) {
     t.kind = "other";
@@ -416,6 +426,37 @@ BOOST_AUTO_TEST_CASE(configure_error_code_overload) {
     BOOST_TEST(same_options(options_of(ctx), twheel::wheel_options{}));
   }
 }
+
+#if defined(__linux__)
+// The wheel acquires the service behind Asio's steady_timer when it is created (so that
+// service outlives it), and on an io_context with no I/O object yet that opens Asio's
+// reactor: three descriptors. Out of descriptors, configure() reports it, and the
+// error_code overload, which is noexcept, terminated the process (a review found it).
+BOOST_AUTO_TEST_CASE(configure_reports_a_timer_service_that_cannot_be_made) {
+  asio::io_context ctx;  // opens nothing yet
+  rlimit saved{};
+  BOOST_TEST_REQUIRE(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  {
+    // Every descriptor below the lowest free one is open: a limit there refuses any new
+    // one.
+    const int lowest_free = ::open("/dev/null", O_RDONLY);
+    BOOST_TEST_REQUIRE(lowest_free >= 0);
+    ::close(lowest_free);
+    rlimit none = saved;
+    none.rlim_cur = static_cast<rlim_t>(lowest_free);
+    BOOST_TEST_REQUIRE(setrlimit(RLIMIT_NOFILE, &none) == 0);
+  }
+  error_code ec;
+  twheel::configure(ctx, twheel::wheel_options{}, ec);
+  const thrown by_throwing = what_throws([&] { twheel::configure(ctx, twheel::wheel_options{}); });
+  BOOST_TEST_REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  BOOST_TEST(ec == error_code(asio::error::no_descriptors));
+  BOOST_TEST(by_throwing.kind == "system_error");
+  BOOST_TEST(!asio::has_service<twheel::wheel_service>(ctx));  // nothing changed
+  twheel::configure(ctx, twheel::wheel_options{}, ec);
+  BOOST_TEST(!ec);
+}
+#endif
 
 // With a slack the driver wakes that much after the first due slot, and one wake-up takes
 // every wait due by then: each wait still completes no earlier than its deadline, and no
@@ -2416,6 +2457,59 @@ BOOST_AUTO_TEST_CASE(wheel_lookup_never_returns_a_destroyed_contexts_wheel) {
     BOOST_TEST(twheel::stats(*ctx).fired == 1u);
   }
   BOOST_TEST(fired == 50);
+}
+
+// A handler that the context's shutdown destroys unrun starts the wheel's first wait,
+// on a timer its handler owns: the wheel is created after its context began shutting its
+// services down, so the context never shuts it down. Its destruction must still destroy
+// that handler (it leaked) and leave nothing of the wheel to the scheduler, which
+// destroys what it holds after the wheel is gone (ASan saw the driver's timer and pass
+// used after free), with the context's reactor made before or only by the wheel.
+namespace {
+struct starts_a_wait_when_destroyed {
+  asio::io_context* ctx;
+  std::chrono::seconds after;
+  std::weak_ptr<twheel::steady_timer>* made;
+  bool* started;
+  int* ran;
+  std::unique_ptr<int> armed = std::make_unique<int>(0);  // moved-from copies do nothing
+  starts_a_wait_when_destroyed(asio::io_context& c, std::chrono::seconds a,
+                               std::weak_ptr<twheel::steady_timer>& m, bool& s, int& r)
+      : ctx(&c), after(a), made(&m), started(&s), ran(&r) {}
+  ~starts_a_wait_when_destroyed() {
+    if (!armed) return;
+    auto timer = std::make_shared<twheel::steady_timer>(*ctx, after);
+    *made = timer;
+    int* r = ran;
+    timer->async_wait([timer, r](error_code) { ++*r; });
+    *started = true;
+  }
+  starts_a_wait_when_destroyed(starts_a_wait_when_destroyed&&) = default;
+  void operator()() {}
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_wheel_first_used_while_its_context_shuts_down_is_destroyed_cleanly) {
+  for (const bool reactor_first : {false, true}) {
+    for (const std::chrono::seconds after : {0s, 3600s}) {
+      BOOST_TEST_CONTEXT("reactor made first: " << reactor_first
+                                                << ", wait for " << after.count() << " s") {
+        std::weak_ptr<twheel::steady_timer> made;
+        bool started = false;
+        int ran = 0;
+        {
+          asio::io_context ctx;
+          std::optional<asio::steady_timer> asio_timer;
+          if (reactor_first) asio_timer.emplace(ctx);
+          asio::post(ctx, starts_a_wait_when_destroyed(ctx, after, made, started, ran));
+          BOOST_TEST(!asio::has_service<twheel::wheel_service>(ctx));
+        }
+        BOOST_TEST(started);
+        BOOST_TEST(ran == 0);
+        BOOST_TEST(made.expired());  // the wait's handler, which owned it, is destroyed
+      }
+    }
+  }
 }
 
 // A context of the user's own may destroy its queue after its services (queue_context, as

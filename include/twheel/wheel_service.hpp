@@ -95,6 +95,10 @@ struct wheel_stats {
 /// @throws std::invalid_argument naming the first bad value of `options` (checked
 /// first). It derives from std::logic_error: catch it first to tell the two apart.
 /// @throws std::logic_error if the wheel of `ctx` already exists (in use or configured).
+/// @throws boost::system::system_error if the service behind Asio's steady_timer, which
+/// the wheel acquires when it is created, cannot be (on Linux, its reactor opens three
+/// descriptors on an io_context that has no I/O object yet): the first timer would
+/// fail the same way.
 /// Nothing is changed when it throws.
 ///
 /// @par Thread Safety
@@ -109,8 +113,9 @@ void configure(boost::asio::execution_context& ctx, const wheel_options& options
 /// @param ctx The execution context.
 /// @param options The options; see wheel_options for the valid values.
 /// @param ec Cleared on success; set to boost::asio::error::invalid_argument for a bad
-/// option, boost::asio::error::already_started if the wheel already exists, or
-/// boost::asio::error::no_memory. Nothing is changed on error.
+/// option, boost::asio::error::already_started if the wheel already exists,
+/// boost::asio::error::no_memory, or the error of making Asio's timer service (such as
+/// boost::asio::error::no_descriptors). Nothing is changed on error.
 void configure(boost::asio::execution_context& ctx, const wheel_options& options,
                boost::system::error_code& ec) noexcept;
 
@@ -147,7 +152,8 @@ class wheel_service : public boost::asio::execution_context::service {
   ///
   /// @throws std::invalid_argument naming the first bad value of `options`.
   wheel_service(boost::asio::execution_context& ctx, const wheel_options& options);
-  /// Destroyed by the context, after shutdown() destroyed the pending handlers.
+  /// Destroyed by the context, after shutdown() destroyed the pending handlers (itself
+  /// first, for a wheel made while the context was shutting down, which it never shut down).
   ~wheel_service() override;
 
   /// The options the wheel was created with.

@@ -1,14 +1,17 @@
 // twheel/detail/asio_scheduler.hpp: what the wheel uses of Asio's scheduler, the engine
 // of io_context and thread_pool.
 //
-// The one place twheel reaches into Asio's detail namespace, for two things:
+// The one place twheel reaches into Asio's detail namespace, for three things:
 // - handing settled waits to the scheduler as its own operations, in batches:
 //   scheduler::post_immediate_completions(n, ops, is_continuation) and
 //   scheduler_operation, unchanged from Boost 1.81 to 1.89 (checked by the Boost matrix
 //   in CI, which builds and runs every suite against each);
 // - whether Asio runs the context without locks: Asio 1.33 (Boost 1.87) and later answer
 //   through the public boost::asio::config; before that, only the scheduler knows its
-//   concurrency hint.
+//   concurrency hint;
+// - the service behind boost::asio::steady_timer (the driver's), which the wheel
+//   acquires in its constructor, as an Asio service acquires the services it uses: the
+//   context destroys its services newest first, so that one then outlives the wheel.
 // A context without such a scheduler (a user's own execution_context, or io_context on
 // Windows, which runs on IOCP) gets one posted operation per settled wait instead.
 #ifndef TWHEEL_DETAIL_ASIO_SCHEDULER_HPP
@@ -18,7 +21,12 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/version.hpp>
 
+#include <boost/asio/detail/chrono_time_traits.hpp>
+#include <boost/asio/detail/deadline_timer_service.hpp>
 #include <boost/asio/detail/scheduler.hpp>
+#include <boost/asio/wait_traits.hpp>
+
+#include <chrono>
 #if BOOST_ASIO_VERSION >= 103300
 #include <boost/asio/config.hpp>
 #else
@@ -26,6 +34,11 @@
 #endif
 
 namespace twheel::detail {
+
+// The service of boost::asio::steady_timer's implementation (basic_waitable_timer's impl_).
+using steady_timer_service = boost::asio::detail::deadline_timer_service<
+    boost::asio::detail::chrono_time_traits<std::chrono::steady_clock,
+                                            boost::asio::wait_traits<std::chrono::steady_clock>>>;
 
 // The scheduler that runs `ctx`'s handlers, or null.
 inline boost::asio::detail::scheduler* scheduler_of(boost::asio::execution_context& ctx) {
