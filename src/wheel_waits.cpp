@@ -8,9 +8,9 @@ namespace twheel {
 // Throws only if the driver cannot be armed (then the caller takes the wait back).
 void wheel_service::file_wait(detail::timer_state& timer, std::chrono::nanoseconds deadline) {
   ++stats_.pending;
-  timer.filed_pass = static_cast<std::uint16_t>(stats_.wakeups);
   const std::chrono::nanoseconds floor = timer.is_pending() ? wheel_.reschedule(timer, deadline)
                                                             : wheel_.insert(timer, deadline);
+  timer.filed_pass = filed_stamp(timer);
   // The wheel's next expiry is no earlier than `floor` unless it was already: a driver
   // wanted by then needs nothing, and next_expiry() (a scan of the levels) is skipped.
   if (!driver_->wanted_by(floor)) ensure_driver();
@@ -121,7 +121,7 @@ void wheel_service::refile(detail::timer_state& timer, clock_type::time_point de
   const std::uint64_t filed_tick = timer.deadline_tick();
   const std::uint16_t filed_pass = timer.filed_pass;
   const std::chrono::nanoseconds floor = wheel_.reschedule(timer, at);
-  timer.filed_pass = static_cast<std::uint16_t>(stats_.wakeups);  // no pass saw it there
+  timer.filed_pass = filed_stamp(timer);  // no pass saw it there
   try {
     if (!driver_->wanted_by(floor)) ensure_driver();
   } catch (...) {

@@ -1112,6 +1112,60 @@ BOOST_AUTO_TEST_CASE(bounded_passes_let_other_handlers_run) {
   BOOST_TEST(s.wakeups >= n / o.max_per_pass);  // each pass examines at most 10 entries
 }
 
+// A pass bounded by max_per_pass sees a wait due and leaves it to the next: from then on
+// it completes with success, as a timer Asio's reactor has queued does (seen_due()). The
+// wheel tells waits that pass saw from waits filed since by a pass count kept in a few
+// bits; a wait filed for a later tick is seen by whichever pass reaches its tick, however
+// many ran meanwhile. With exactly 65,536 passes between A's filing and the pass that saw
+// it due, B's handler, run from that pass, aborted A (a review found it).
+BOOST_AUTO_TEST_CASE(a_wait_seen_due_is_seen_however_many_passes_ran_since_it_was_filed) {
+  asio::io_context ctx;
+  twheel::wheel_options o;
+  o.tick = 250ms;  // A and B stay in level 0: the bounded pass has no cascade to do
+  o.max_per_pass = 1;
+  twheel::configure(ctx, o);
+  twheel::steady_timer a(ctx), b(ctx), spinner(ctx);
+  // Runs passes, one expired wait each, until the next pass is number `next`; then waits
+  // until `then` (A and B due) in the last handler.
+  std::uint64_t next = 0;
+  clock_type::time_point then{};
+  std::function<void(error_code)> spin = [&](error_code) {
+    if (wstats(ctx).wakeups + 1 < next) {
+      spinner.expires_at(clock_type::time_point::min());
+      spinner.async_wait(spin);
+    } else {
+      std::this_thread::sleep_until(then);
+    }
+  };
+  // How long 65,536 passes take here (the sanitizer builds are slower).
+  const auto t0 = clock_type::now();
+  next = 65536;
+  spin(error_code());
+  BOOST_TEST_REQUIRE(!run_ctx(ctx, 60s).timed_out);
+  const auto took = clock_type::now() - t0;
+
+  const std::uint64_t filed = wstats(ctx).wakeups;
+  const auto due = clock_type::now() + 3 * took + 500ms;
+  std::optional<error_code> a_ec;
+  std::size_t cancelled = 99;
+  std::uint64_t seen_by = 0;
+  a.expires_at(due + o.tick);
+  a.async_wait([&](error_code ec) { a_ec = ec; });
+  b.expires_at(due);  // an earlier slot: the bounded pass settles B and leaves A
+  b.async_wait([&](error_code) {
+    seen_by = wstats(ctx).wakeups;
+    cancelled = a.cancel();
+  });
+  next = filed + 65536;
+  then = due + 2 * o.tick;
+  spin(error_code());
+  BOOST_TEST_REQUIRE(!run_ctx(ctx, 60s).timed_out);
+  BOOST_TEST_REQUIRE(seen_by - filed == 65536u);  // else the spin outlasted A's deadline
+  BOOST_TEST(cancelled == 0u);
+  BOOST_TEST_REQUIRE(a_ec.has_value());
+  BOOST_TEST(*a_ec == success);
+}
+
 // ---------------------------------------------------------------------------------------
 // 7. Shutdown: destroying the context with pending waits
 // ---------------------------------------------------------------------------------------

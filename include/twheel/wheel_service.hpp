@@ -403,14 +403,23 @@ class wheel_service : public boost::asio::execution_context::service {
   // expires_*(), destruction and a cancellation slot find them completed: so do ours.
   // Not an idle timer's waits (a touch may have put them off), nor those filed since
   // that pass (Asio's reactor has not seen them either): a new wait completes the seen
-  // ones first (start_wait()). Cheap on purpose: cancel() asks it on every re-arm. The
-  // pass count is kept in 16 bits: a wait left unsettled by 65,536 passes in a row (a
-  // backlog of 65,536 times max_per_pass due waits) may be taken for one filed since,
-  // and aborted as before.
+  // ones first (start_wait()). Cheap on purpose: cancel() asks it on every re-arm.
   bool seen_due(const detail::timer_state& timer) const noexcept {
-    return timer.deadline_tick() <= seen_tick_ &&
-           timer.filed_pass != static_cast<std::uint16_t>(stats_.wakeups) &&
+    return timer.deadline_tick() <= seen_tick_ && timer.filed_pass != due_stamp() &&
            timer.is_pending() && !timer.idle;
+  }
+  // What file_wait() and refile() store in timer_state::filed_pass for a timer filed at
+  // its deadline_tick(). 0 when that tick is after the last pass's: only a later pass can
+  // bring seen_tick_ to it, and that pass saw it. Else due_stamp(): the timer was due
+  // when filed, and the last pass did not see it; it is seen once the pass count moves
+  // on. The count is kept in 15 bits, so a wait filed already due and left unsettled by
+  // 32,768 passes in a row (a backlog of 32,768 times max_per_pass due waits) may be
+  // taken for one filed since, and aborted as before.
+  std::uint16_t filed_stamp(const detail::timer_state& timer) const noexcept {
+    return timer.deadline_tick() > seen_tick_ ? std::uint16_t{0} : due_stamp();
+  }
+  std::uint16_t due_stamp() const noexcept {
+    return static_cast<std::uint16_t>(0x8000u | (stats_.wakeups & 0x7fffu));
   }
   // Completes the waits of a seen_due() timer, oldest first, as the next pass would have;
   // the timer keeps its place, which that pass drops.

@@ -42,8 +42,8 @@ struct timer_state : wheel_entry {
   // Its waits are timeouts of operations (beast::basic_stream's): like cancel_after's, they
   // count as pending but wheel_options::max_pending never refuses them.
   bool never_refused = false;
-  // The wheel's pass count (low bits) when its last wait was filed: a wait filed before
-  // the last pass and due by its time is one that pass saw (wheel_service::seen_due()).
+  // Whether its waits were filed before the last pass, for a timer due by that pass's
+  // tick: then that pass saw them (wheel_service::seen_due() and filed_stamp()).
   std::uint16_t filed_pass = 0;
   // The oldest wait, if its handler fits in a box; used only while `waits` is empty, so
   // that it stays the oldest.
