@@ -427,7 +427,9 @@ BOOST_AUTO_TEST_CASE(configure_error_code_overload) {
   }
 }
 
-#if defined(__linux__)
+// Not in the ASan+UBSan build: UBSan's check of a dynamic type opens a pipe, and reports
+// every object as of the wrong type while no descriptor is left.
+#if defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
 // The wheel acquires the service behind Asio's steady_timer when it is created (so that
 // service outlives it), and on an io_context with no I/O object yet that opens Asio's
 // reactor: three descriptors. Out of descriptors, configure() reports it, and the
