@@ -16,16 +16,21 @@ __extension__ using uint128 = unsigned __int128;  // GCC and Clang; -Wpedantic o
 
 }  // namespace
 
-void timing_wheel::validate(const wheel_config& config) {
+void detail::validate_wheel_config(const wheel_config& config, const char* spelled_as) {
+  const std::string name = std::string("twheel: ") + spelled_as;
   if (config.tick.count() <= 0) {
-    throw std::invalid_argument("twheel: wheel_config.tick must be positive, got " +
+    throw std::invalid_argument(name + ".tick must be positive, got " +
                                 std::to_string(config.tick.count()) + " ns");
   }
   if (config.levels < 1 || config.levels > wheel_config::max_levels) {
-    throw std::invalid_argument("twheel: wheel_config.levels must be in [1, " +
+    throw std::invalid_argument(name + ".levels must be in [1, " +
                                 std::to_string(wheel_config::max_levels) + "], got " +
                                 std::to_string(config.levels));
   }
+}
+
+void timing_wheel::validate(const wheel_config& config) {
+  detail::validate_wheel_config(config, "wheel_config");
 }
 
 timing_wheel::timing_wheel(wheel_config config, duration start)

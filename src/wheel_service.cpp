@@ -26,7 +26,7 @@ wheel_config to_config(const wheel_options& options) {
 }  // namespace
 
 void wheel_service::validate(const wheel_options& options) {
-  timing_wheel::validate(to_config(options));
+  detail::validate_wheel_config(to_config(options), "wheel_options");
   if (options.slack.count() < 0) {
     throw std::invalid_argument("twheel: wheel_options.slack must not be negative, got " +
                                 std::to_string(options.slack.count()) + " ns");

@@ -186,14 +186,14 @@ BOOST_AUTO_TEST_SUITE(config)
 
 BOOST_AUTO_TEST_CASE(invalid_configs_throw_naming_the_value) {
   const std::string zero_tick = what_of_invalid(make_config(ns(0), 6));
-  BOOST_CHECK_MESSAGE(zero_tick.find("tick") != std::string::npos, zero_tick);
+  BOOST_CHECK_MESSAGE(zero_tick.find("wheel_config.tick") != std::string::npos, zero_tick);
   BOOST_CHECK_MESSAGE(zero_tick.find("got 0") != std::string::npos, zero_tick);
 
   const std::string neg_tick = what_of_invalid(make_config(ns(-1234567), 6));
   BOOST_CHECK_MESSAGE(neg_tick.find("-1234567") != std::string::npos, neg_tick);
 
   const std::string zero_levels = what_of_invalid(make_config(1ms, 0));
-  BOOST_CHECK_MESSAGE(zero_levels.find("levels") != std::string::npos, zero_levels);
+  BOOST_CHECK_MESSAGE(zero_levels.find("wheel_config.levels") != std::string::npos, zero_levels);
   BOOST_CHECK_MESSAGE(zero_levels.find("got 0") != std::string::npos, zero_levels);
 
   const std::string eleven = what_of_invalid(make_config(1ms, 11));

@@ -313,43 +313,44 @@ BOOST_AUTO_TEST_CASE(configure_rejects_bad_values) {
   struct bad_case {
     const char* name;
     twheel::wheel_options options;
-    std::vector<std::string> mentions;  // what() must name the field and the bad value
+    std::vector<std::string> mentions;  // what() must name the field, as the caller
+                                        // spelled it, and the bad value
   };
   std::vector<bad_case> cases;
   {
     twheel::wheel_options o;
     o.tick = std::chrono::nanoseconds(0);
-    cases.push_back({"tick 0", o, {"tick", "0"}});
+    cases.push_back({"tick 0", o, {"wheel_options.tick", "0"}});
   }
   {
     twheel::wheel_options o;
     o.tick = std::chrono::nanoseconds(-5);
-    cases.push_back({"tick -5 ns", o, {"tick", "-5"}});
+    cases.push_back({"tick -5 ns", o, {"wheel_options.tick", "-5"}});
   }
   {
     twheel::wheel_options o;
     o.tick = -1ms;
-    cases.push_back({"tick -1 ms", o, {"tick", "-1000000"}});
+    cases.push_back({"tick -1 ms", o, {"wheel_options.tick", "-1000000"}});
   }
   {
     twheel::wheel_options o;
     o.levels = 0;
-    cases.push_back({"levels 0", o, {"levels", "got 0"}});
+    cases.push_back({"levels 0", o, {"wheel_options.levels", "got 0"}});
   }
   {
     twheel::wheel_options o;
     o.levels = 11;
-    cases.push_back({"levels 11", o, {"levels", "11"}});
+    cases.push_back({"levels 11", o, {"wheel_options.levels", "11"}});
   }
   {
     twheel::wheel_options o;
     o.max_per_pass = 0;
-    cases.push_back({"max_per_pass 0", o, {"max_per_pass", "0"}});
+    cases.push_back({"max_per_pass 0", o, {"wheel_options.max_per_pass", "0"}});
   }
   {
     twheel::wheel_options o;
     o.slack = std::chrono::nanoseconds(-7);
-    cases.push_back({"slack -7 ns", o, {"slack", "-7"}});
+    cases.push_back({"slack -7 ns", o, {"wheel_options.slack", "-7"}});
   }
 
   for (const auto& c : cases) {

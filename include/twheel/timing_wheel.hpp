@@ -80,6 +80,12 @@ struct wheel_config {
   static constexpr unsigned max_levels = 10;
 };
 
+namespace detail {
+// timing_wheel::validate(), naming the fields `spelled_as`.tick and `spelled_as`.levels:
+// wheel_service checks its wheel_options with it.
+void validate_wheel_config(const wheel_config& config, const char* spelled_as);
+}  // namespace detail
+
 /// A wheel entry: derive from it (or embed it). The hook lets the wheel link the entry
 /// without allocating. An entry must not be destroyed while it is linked into a wheel or
 /// a caller's list; remove() it first.
