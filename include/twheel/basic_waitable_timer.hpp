@@ -28,8 +28,8 @@ namespace twheel {
 /// the same template parameters, members and semantics. Differences, all documented:
 /// deadlines are rounded up to the wheel's tick (8 us by default), so a wait completes up
 /// to one tick (plus the wheel's slack, 0 by default) late, never early, and waits whose
-/// deadlines fall in the same tick complete in the order they were started; only steady
-/// clocks are accepted.
+/// deadlines fall in the same tick complete in the order they were started; only
+/// std::chrono::steady_clock is accepted.
 ///
 /// The waits live in the timing wheel of the executor's execution context (its
 /// wheel_service, created by the first timer; configure() sets its options first).

@@ -183,8 +183,8 @@ class idle_wait_op {
 /// stamp's resolution, plus scheduling delay after that. The resolution is 0 for a clock
 /// reading; for a generation it is its length, 1 ms while a driver keeps up, and for a
 /// touch more than 2,048 generations old when its entry comes due (a period longer than
-/// about 2 s), less than the larger of 33 ms and 1/64 of its age (so under 33 ms for
-/// periods up to a minute, under 1.1 s up to half an hour). With a slack
+/// about 2 s), less than the larger of 33.6 ms and 1/64 of its age (so under 33.6 ms
+/// for periods up to a minute, under 1.1 s up to half an hour). With a slack
 /// (wheel_options::slack), the wheel's wake-ups, the one that ends a generation among
 /// them, may each come up to the slack later. A coarse
 /// clock would be cheaper than the exact one, but it lags the true time by up to its
@@ -294,7 +294,9 @@ class basic_idle_timer {
 
   /// Records activity. O(1), lock-free, allocates nothing: a relaxed load of the
   /// process's generation (or, while touches are rare, a read of steady_clock) and one
-  /// relaxed store into this object, its only access to it. Safe from any thread. A touch()
+  /// relaxed store into this object, its only access to it; the first touch of each
+  /// generation in the process also marks the generation touched (an atomic OR on that
+  /// word). Safe from any thread. A touch()
   /// counts for the wait pending when it happens; async_wait() forgets earlier ones.
   void touch() noexcept {
     // No read of this object first: the store's cache miss does not hold up the caller.

@@ -1,4 +1,4 @@
-// twheel/twheel.hpp: everything.
+// twheel/twheel.hpp: everything but the Beast stream (twheel/beast/tcp_stream.hpp).
 #ifndef TWHEEL_TWHEEL_HPP
 #define TWHEEL_TWHEEL_HPP
 

@@ -120,7 +120,9 @@ void configure(boost::asio::execution_context& ctx, const wheel_options& options
                boost::system::error_code& ec) noexcept;
 
 /// The statistics of `ctx`'s wheel; all zero if it has none yet (does not create one,
-/// so configure() may still follow). Safe from any thread; takes the wheel's lock.
+/// so configure() may still follow). Safe from any thread (it takes the wheel's lock),
+/// unless the wheel takes none (wheel_options::single_threaded, or an io_context made
+/// with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE): then from the context's thread only.
 wheel_stats stats(boost::asio::execution_context& ctx);
 
 /// One timing wheel per execution context (an io_context or a thread_pool), driven by an
@@ -131,12 +133,14 @@ wheel_stats stats(boost::asio::execution_context& ctx);
 ///
 /// Handlers complete on their associated executors, outside the lock. If one throws, the
 /// exception propagates out of the context's run() (as with Asio), and the other
-/// handlers of the same driver pass are completed later. When the context shuts down,
+/// handlers of the same driver pass, already queued on the context, run at its next
+/// run() or poll(). When the context shuts down,
 /// pending handlers are destroyed without being invoked, as are waits started after that.
 ///
 /// @par Thread Safety
-/// All members may be called concurrently; one mutex guards the wheel. Handlers are
-/// never invoked and user handlers never allocated under that mutex.
+/// All members may be called concurrently; one mutex guards the wheel (unless it takes
+/// no lock: see wheel_options::single_threaded). Handlers are never invoked and user
+/// handlers never allocated under that mutex.
 class wheel_service : public boost::asio::execution_context::service {
  public:
   /// The key of the service in its context's registry.

@@ -1,7 +1,9 @@
 // twheel/detail/asio_scheduler.hpp: what the wheel uses of Asio's scheduler, the engine
 // of io_context and thread_pool.
 //
-// The one place twheel reaches into Asio's detail namespace, for three things:
+// What twheel asks of Asio's detail namespace besides the adapter checks of
+// asio_compat.hpp (completion_queue.hpp and the driver name the scheduler_operation and
+// op_queue types used here), for three things:
 // - handing settled waits to the scheduler as its own operations, in batches:
 //   scheduler::post_immediate_completions(n, ops, is_continuation) and
 //   scheduler_operation, unchanged from Boost 1.81 to 1.89 (checked by the Boost matrix

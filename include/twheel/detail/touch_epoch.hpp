@@ -17,8 +17,8 @@ namespace twheel::detail {
 // When generations ended, for the stamps of earlier generations (times are clock ticks
 // of nanoseconds, >= 0). The last 2048 generations' ends are kept exactly. An older
 // stamp is bounded by the end of the time bucket in which the next generation started,
-// from three rings of 2048 buckets: 32.768 ms (the last 67 s), 1.049 s (the last 36 min)
-// and 33.55 s (the last 19 hours). That bound is later than the generation's end by less
+// from three rings of 2048 buckets of 2^25, 2^30 and 2^35 ns: 33.55 ms (the last 68 s),
+// 1.074 s (the last 36 min) and 34.36 s (the last 19 hours). That bound is later than the generation's end by less
 // than a bucket, and a level is used only once the finer one no longer holds the stamp,
 // so by at most 1/64 of the stamp's age. Older still: the oldest bucket kept, an upper
 // bound that is only later. Buckets, not blocks of generations, because generations
