@@ -28,8 +28,9 @@
 // reservation, and at 1,000,000 timers half of arm's time went to memalign and to the page
 // faults of that first touch (perf record, 2026-11-27). A record now finds its block by
 // its index, kept in the operation's result field beside the result, and a new block's
-// pages are mapped by one system call (prefault.hpp) instead of a page fault each. They
-// are still mapped at reservation, as Asio's operations are at async_wait: left to fault
+// pages are mapped by one system call and written once (prefault.hpp) instead of a page
+// fault each. They are still mapped at reservation, as Asio's operations are at
+// async_wait: left to fault
 // in when waits settle, cancel and expiry paid for them instead (cancel of 1,000,000
 // waits 75 to 80 against 43 to 58 ns; bench_timers, 2026-11-27). A queue's blocks grow
 // from one page to 64 KiB (see first_block_bytes).
