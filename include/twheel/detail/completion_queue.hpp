@@ -30,10 +30,9 @@
 // its index, kept in the operation's result field beside the result, and a new block's
 // pages are mapped by one system call and written once (prefault.hpp) instead of a page
 // fault each. They are still mapped at reservation, as Asio's operations are at
-// async_wait: left to fault
-// in when waits settle, cancel and expiry paid for them instead (cancel of 1,000,000
-// waits 75 to 80 against 43 to 58 ns; bench_timers, 2026-11-27). A queue's blocks grow
-// from one page to 64 KiB (see first_block_bytes).
+// async_wait: left to fault in when waits settle, cancel and expiry paid for them instead
+// (cancel of 1,000,000 waits 75 to 80 against 43 to 58 ns; bench_timers, 2026-11-27). A
+// queue's blocks grow from one page to 64 KiB (see first_block_bytes).
 #ifndef TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 #define TWHEEL_DETAIL_COMPLETION_QUEUE_HPP
 
