@@ -296,8 +296,8 @@ class basic_idle_timer {
   /// process's generation (or, while touches are rare, a read of steady_clock) and one
   /// relaxed store into this object, its only access to it; the first touch of each
   /// generation in the process also marks the generation touched (an atomic OR on that
-  /// word). Safe from any thread. A touch()
-  /// counts for the wait pending when it happens; async_wait() forgets earlier ones.
+  /// word). Safe from any thread. A touch() counts for the wait pending when it happens;
+  /// async_wait() forgets earlier ones.
   void touch() noexcept {
     // No read of this object first: the store's cache miss does not hold up the caller.
     // A moved-from timer's stamp is never read (a move into it overwrites it).

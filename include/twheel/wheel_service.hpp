@@ -134,8 +134,8 @@ wheel_stats stats(boost::asio::execution_context& ctx);
 /// Handlers complete on their associated executors, outside the lock. If one throws, the
 /// exception propagates out of the context's run() (as with Asio), and the other
 /// handlers of the same driver pass, already queued on the context, run at its next
-/// run() or poll(). When the context shuts down,
-/// pending handlers are destroyed without being invoked, as are waits started after that.
+/// run() or poll(). When the context shuts down, pending handlers are destroyed without
+/// being invoked, as are waits started after that.
 ///
 /// @par Thread Safety
 /// All members may be called concurrently; one mutex guards the wheel (unless it takes

@@ -18,11 +18,12 @@ namespace twheel::detail {
 // of nanoseconds, >= 0). The last 2048 generations' ends are kept exactly. An older
 // stamp is bounded by the end of the time bucket in which the next generation started,
 // from three rings of 2048 buckets of 2^25, 2^30 and 2^35 ns: 33.55 ms (the last 68 s),
-// 1.074 s (the last 36 min) and 34.36 s (the last 19 hours). That bound is later than the generation's end by less
-// than a bucket, and a level is used only once the finer one no longer holds the stamp,
-// so by at most 1/64 of the stamp's age. Older still: the oldest bucket kept, an upper
-// bound that is only later. Buckets, not blocks of generations, because generations
-// differ in length (1 ms while touches are stamped, 64 ms while not).
+// 1.074 s (the last 36 min) and 34.36 s (the last 19 hours). That bound is later than
+// the generation's end by less than a bucket, and a level is used only once the finer
+// one no longer holds the stamp, so by at most 1/64 of the stamp's age. Older still: the
+// oldest bucket kept, an upper bound that is only later. Buckets, not blocks of
+// generations, because generations differ in length (1 ms while touches are stamped,
+// 64 ms while not).
 class epoch_history {
  public:
   static constexpr unsigned entry_bits = 11;
