@@ -16,6 +16,7 @@
 #include <twheel/steady_timer.hpp>
 #include <twheel/wheel_service.hpp>
 #include <twheel/detail/completion_queue.hpp>
+#include <twheel/detail/prefault.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/bind_executor.hpp>
@@ -1210,6 +1211,37 @@ BOOST_AUTO_TEST_CASE(records_ending_on_a_block_boundary_are_freed_once) {
         }
       }
       BOOST_TEST(completed == batch * rounds, "batch " << batch << ", rounds " << rounds);
+    }
+  }
+}
+
+// A new block of records is made resident and written before it is used (prefault.hpp):
+// every byte keeps its value, and nothing outside the range is touched, whatever its
+// alignment. Ranges start and end on the allocation's own ends, so that the ASan build
+// reports a write one byte before or after them.
+BOOST_AUTO_TEST_CASE(prefault_keeps_the_contents_and_stays_inside_the_range) {
+  const std::size_t page = 4096;
+  const std::size_t size = 3 * page + 100;
+  for (std::size_t lead : {std::size_t{0}, std::size_t{1}, page - 1, page, std::size_t{2000}}) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{10}, page, 2 * page + 1,
+                          size - lead}) {
+      if (lead + n > size) continue;
+      std::unique_ptr<unsigned char[]> at_end(new unsigned char[lead + n]);
+      for (std::size_t i = 0; i < lead + n; ++i) {
+        at_end[i] = static_cast<unsigned char>(i * 31 + 7);
+      }
+      twheel::detail::prefault(at_end.get() + lead, n);  // ends on the allocation's end
+      std::unique_ptr<unsigned char[]> at_start(new unsigned char[n + lead]);
+      for (std::size_t i = 0; i < n + lead; ++i) {
+        at_start[i] = static_cast<unsigned char>(i * 17 + 3);
+      }
+      twheel::detail::prefault(at_start.get(), n);  // starts on the allocation's start
+      std::size_t changed = 0;
+      for (std::size_t i = 0; i < lead + n; ++i) {
+        changed += at_end[i] != static_cast<unsigned char>(i * 31 + 7);
+        changed += at_start[i] != static_cast<unsigned char>(i * 17 + 3);
+      }
+      BOOST_TEST(changed == 0u, "lead " << lead << ", n " << n);
     }
   }
 }

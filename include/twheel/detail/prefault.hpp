@@ -27,8 +27,9 @@
 
 namespace twheel::detail {
 
-// The whole pages inside [p, p + n), their contents kept; never fails (it only moves
-// the cost of first use here).
+// Every page that [p, p + n) touches is written, its contents kept; the whole pages
+// inside it are also mapped in one call. Never fails (it only moves the cost of first
+// use here).
 inline void prefault(void* p, std::size_t n) noexcept {
 #if defined(__linux__)
 #if defined(MADV_POPULATE_WRITE)
@@ -41,15 +42,16 @@ inline void prefault(void* p, std::size_t n) noexcept {
   const std::uintptr_t first = (begin + page - 1) & ~(page - 1);
   const std::uintptr_t last = (begin + n) & ~(page - 1);
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, populate_write);
-  // Written, whatever the range holds already: each whole page, and the partial page at
-  // its end (the one at its start holds the caller's header, written already).
-  for (std::uintptr_t a = first; a < last; a += page) {
+  // Written, whatever the range holds already: each whole page, and the partial pages at
+  // its two ends (through its first and last bytes).
+  const auto touch = [](std::uintptr_t a) noexcept {
     volatile unsigned char* byte = reinterpret_cast<unsigned char*>(a);
     *byte = *byte;
-  }
+  };
+  for (std::uintptr_t a = first; a < last; a += page) touch(a);
   if (n != 0) {
-    volatile unsigned char* end = static_cast<unsigned char*>(p) + n - 1;
-    *end = *end;
+    touch(begin);
+    touch(begin + n - 1);
   }
 #else
   (void)p;
