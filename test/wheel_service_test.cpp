@@ -1222,24 +1222,26 @@ BOOST_AUTO_TEST_CASE(records_ending_on_a_block_boundary_are_freed_once) {
 BOOST_AUTO_TEST_CASE(prefault_keeps_the_contents_and_stays_inside_the_range) {
   const std::size_t page = 4096;
   const std::size_t size = 3 * page + 100;
+  // Byte i of a buffer holds i * mul + 7: each buffer its own pattern.
+  const auto byte = [](std::size_t i, std::size_t mul) {
+    return static_cast<unsigned char>(i * mul + 7);
+  };
   for (std::size_t lead : {std::size_t{0}, std::size_t{1}, page - 1, page, std::size_t{2000}}) {
     for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{10}, page, 2 * page + 1,
                           size - lead}) {
       if (lead + n > size) continue;
       std::unique_ptr<unsigned char[]> at_end(new unsigned char[lead + n]);
+      std::unique_ptr<unsigned char[]> at_start(new unsigned char[lead + n]);
       for (std::size_t i = 0; i < lead + n; ++i) {
-        at_end[i] = static_cast<unsigned char>(i * 31 + 7);
+        at_end[i] = byte(i, 31);
+        at_start[i] = byte(i, 17);
       }
       twheel::detail::prefault(at_end.get() + lead, n);  // ends on the allocation's end
-      std::unique_ptr<unsigned char[]> at_start(new unsigned char[n + lead]);
-      for (std::size_t i = 0; i < n + lead; ++i) {
-        at_start[i] = static_cast<unsigned char>(i * 17 + 3);
-      }
-      twheel::detail::prefault(at_start.get(), n);  // starts on the allocation's start
+      twheel::detail::prefault(at_start.get(), n);       // starts on the allocation's start
       std::size_t changed = 0;
       for (std::size_t i = 0; i < lead + n; ++i) {
-        changed += at_end[i] != static_cast<unsigned char>(i * 31 + 7);
-        changed += at_start[i] != static_cast<unsigned char>(i * 17 + 3);
+        changed += at_end[i] != byte(i, 31);
+        changed += at_start[i] != byte(i, 17);
       }
       BOOST_TEST(changed == 0u, "lead " << lead << ", n " << n);
     }

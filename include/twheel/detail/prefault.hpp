@@ -39,19 +39,15 @@ inline void prefault(void* p, std::size_t n) noexcept {
 #endif
   static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t end = begin + n;
   const std::uintptr_t first = (begin + page - 1) & ~(page - 1);
-  const std::uintptr_t last = (begin + n) & ~(page - 1);
+  const std::uintptr_t last = end & ~(page - 1);
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, populate_write);
-  // Written, whatever the range holds already: each whole page, and the partial pages at
-  // its two ends (through its first and last bytes).
-  const auto touch = [](std::uintptr_t a) noexcept {
+  // Written, whatever the range holds already: its first byte, then the first byte of
+  // each page after it that the range reaches.
+  for (std::uintptr_t a = begin; a < end; a = (a | (page - 1)) + 1) {
     volatile unsigned char* byte = reinterpret_cast<unsigned char*>(a);
     *byte = *byte;
-  };
-  for (std::uintptr_t a = first; a < last; a += page) touch(a);
-  if (n != 0) {
-    touch(begin);
-    touch(begin + n - 1);
   }
 #else
   (void)p;
