@@ -16,6 +16,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -28,6 +29,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "support.hpp"
@@ -504,6 +506,98 @@ BOOST_AUTO_TEST_CASE(a_tick_a_bounded_pass_saw_due_is_not_aborted_by_the_next_wa
   BOOST_TEST(timer.ticks() == 2u);
 }
 
+// A parked wait waits for the handler of the tick before it, however late that runs: it
+// is then filed for the grid's next tick as missed_tick_policy moved it. A review found it
+// completed at the tick after the parked one's (where it was parked) before that handler
+// ran a period late: under delay and skip, ahead of the grid's tick. The handlers run in
+// handler_ctx, run late on this thread; the wheel's context runs on another.
+BOOST_AUTO_TEST_CASE(a_parked_wait_waits_for_a_late_handler_of_the_tick_before) {
+  for (const auto policy :
+       {missed_tick_policy::delay, missed_tick_policy::skip, missed_tick_policy::burst}) {
+    BOOST_TEST_CONTEXT("policy " << static_cast<int>(policy)) {
+      asio::io_context ctx, handler_ctx;
+      auto work = asio::make_work_guard(ctx);
+      std::thread runner([&] { ctx.run(); });
+      periodic_timer timer(ctx, 50ms, tick_mode::fixed_rate, policy);
+      tick_record first, second;
+      int second_calls = 0;
+      timer.async_wait(asio::bind_executor(handler_ctx, [&](error_code ec) {
+        first.ec = ec;
+        first.at = wall::now();
+        first.next = timer.next_tick();  // the grid as this late tick moved it
+        first.skipped = timer.skipped();
+      }));
+      first.due = timer.next_tick();
+      const auto give_up = wall::now() + 10s;
+      while (twheel::stats(ctx).fired == 0 && wall::now() < give_up) {
+        std::this_thread::sleep_for(1ms);
+      }
+      BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 1u);  // settled; its handler queued
+      timer.async_wait(asio::bind_executor(handler_ctx, [&](error_code ec) {
+        ++second_calls;
+        second.ec = ec;
+        second.at = wall::now();
+        second.ticks = timer.ticks();
+      }));
+      // The first tick's handler runs more than a period late.
+      std::this_thread::sleep_until(first.due + 50ms + 20ms);
+      BOOST_TEST(twheel::stats(ctx).fired == 1u);  // the parked wait did not complete
+      handler_ctx.run();  // the first handler, then the second once its tick comes
+      work.reset();
+      runner.join();
+      BOOST_TEST(!first.ec);
+      BOOST_TEST(second_calls == 1);
+      BOOST_TEST(!second.ec);
+      BOOST_TEST((second.at >= first.next), "the second wait completed "
+                                                << ms(first.next - second.at)
+                                                << " ms before the grid's tick");
+      BOOST_TEST(second.ticks == 2u);
+      if (policy == missed_tick_policy::burst) {
+        BOOST_TEST((first.next == first.due + 50ms));
+      } else {
+        BOOST_TEST((first.next > first.due + 50ms));
+      }
+      if (policy == missed_tick_policy::skip) {
+        BOOST_TEST(first.skipped >= 1u);  // the parked wait's tick among them
+      } else {
+        BOOST_TEST(first.skipped == 0u);
+      }
+      BOOST_TEST(timer.skipped() == first.skipped);
+    }
+  }
+}
+
+// A parked wait whose tick's handler is destroyed unrun (its context goes away) is filed
+// for the grid's next tick all the same, the tick that handler never got: it completes,
+// and run() returns, instead of waiting for good.
+BOOST_AUTO_TEST_CASE(a_parked_wait_is_filed_when_the_handler_before_it_is_destroyed) {
+  asio::io_context ctx;
+  std::optional<asio::io_context> handler_ctx(std::in_place);
+  periodic_timer timer(ctx, 40ms);
+  bool first_ran = false;
+  std::optional<error_code> second;
+  wall::time_point second_at{};
+  timer.async_wait(asio::bind_executor(*handler_ctx, [&](error_code) { first_ran = true; }));
+  const auto due = timer.next_tick();
+  std::this_thread::sleep_until(due + 5ms);
+  const auto give_up = wall::now() + 10s;
+  while (twheel::stats(ctx).fired == 0 && wall::now() < give_up) ctx.run_one();
+  BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 1u);  // settled; its handler queued
+  timer.async_wait([&](error_code ec) {
+    second = ec;
+    second_at = wall::now();
+  });
+  handler_ctx.reset();  // destroys the first tick's handler unrun
+  const run_result r = run_ctx(ctx, 20s);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(!first_ran);
+  BOOST_TEST_REQUIRE(second.has_value());
+  BOOST_TEST(!*second);
+  BOOST_TEST((second_at >= due));
+  BOOST_TEST(timer.ticks() == 1u);
+  BOOST_TEST((timer.next_tick() == due + 40ms));
+}
+
 // A parked wait filed for the grid's next tick, already past, when the wait before it ran:
 // no pass has seen it there, so cancel() still aborts it (a review found it completed
 // with success and cancel() counting none: the re-file kept the pass count of the wait's
@@ -640,6 +734,58 @@ BOOST_AUTO_TEST_CASE(reset_restarts_the_grid) {
       BOOST_TEST((recs[i].due == new_grid0 + static_cast<int>(i - 2) * 20ms));
       BOOST_TEST((recs[i].at >= recs[i].due));
       BOOST_TEST(recs[i].ticks == i + 1);  // reset() keeps the counters
+    }
+  }
+}
+
+// reset() and a new wait while the old grid's last tick is settled but its handler still
+// queued: that tick is counted and leaves the new grid alone. The new grid's ticks are
+// w + P, w + 2P, ... (w: the new wait's start); a review found the old tick moved the new
+// grid a period on, so that w + 2P never came.
+BOOST_AUTO_TEST_CASE(a_queued_tick_of_the_old_grid_leaves_the_new_grid_alone) {
+  asio::io_context ctx;
+  periodic_timer timer(ctx, 60ms);
+  twheel::steady_timer other(ctx);
+  int old_calls = 0;
+  timer.async_wait([&](error_code ec) {
+    ++old_calls;
+    BOOST_TEST(!ec);
+  });
+  const auto old_due = timer.next_tick();
+  wall::time_point started{};
+  std::vector<tick_record> recs;
+  std::function<void()> wait = [&] {
+    recs.push_back(tick_record{});
+    const std::size_t index = recs.size() - 1;
+    timer.async_wait([&, index](error_code ec) {
+      recs[index].ec = ec;
+      recs[index].at = wall::now();
+      recs[index].ticks = timer.ticks();
+      if (!ec && recs.size() < 3) wait();
+    });
+    recs[index].due = timer.next_tick();
+  };
+  // Due in the same pass as the old tick, and run before its handler.
+  other.expires_at(old_due - 30ms);
+  other.async_wait([&](error_code) {
+    BOOST_TEST_REQUIRE(old_calls == 0);  // the old tick is settled, its handler queued
+    timer.reset();
+    started = wall::now();
+    wait();
+  });
+  std::this_thread::sleep_until(old_due + 10ms);
+  const run_result r = run_ctx(ctx, 20s);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST(old_calls == 1);
+  BOOST_TEST_REQUIRE(recs.size() == 3u);
+  const auto grid0 = recs[0].due - 60ms;
+  BOOST_TEST((grid0 >= started));
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    BOOST_TEST_CONTEXT("tick " << i + 1 << " of the new grid") {
+      BOOST_TEST(!recs[i].ec);
+      BOOST_TEST((recs[i].due == grid0 + static_cast<int>(i + 1) * 60ms));
+      BOOST_TEST((recs[i].at >= recs[i].due));
+      BOOST_TEST(recs[i].ticks == i + 2);  // the old grid's tick is counted too
     }
   }
 }

@@ -53,16 +53,28 @@ struct periodic_state {
   // The deadline of the tick a wait started now waits for.
   clock_type::time_point deadline_for_wait(clock_type::time_point now) {
     if (mode == tick_mode::fixed_delay || !started) {
+      if (!started) stale = unrun;
       started = true;
       next = after(now);
     }
     return next;
   }
 
-  // Called as the tick due at `next` completes at `now`: where the following one goes.
-  void on_tick(clock_type::time_point now) {
+  // Called as a wait that has not run yet runs, or is destroyed unrun: whether it was
+  // started before the grid last (re)started. The waits of a timer run in the order they
+  // started: each new wait aborts the pending one or finds it settled, both queued before
+  // the new wait can complete, and their handlers run on the executor the members are
+  // called on (the thread-safety note), in order.
+  bool take_stale() noexcept { return stale != 0 && (--stale, true); }
+
+  // Called as a tick completes at `now`. A tick of the grid in use is the one due at
+  // `next`: the grid moves to the following one. A stale tick, of a grid that reset() has
+  // restarted since (its handler was queued when the new grid's first wait started), is
+  // counted and leaves the new grid alone (a review found it moved the new grid a period
+  // on, so that one of its ticks never came).
+  void on_tick(clock_type::time_point now, bool is_stale) {
     ++ticks;
-    if (mode == tick_mode::fixed_delay) return;
+    if (mode == tick_mode::fixed_delay || is_stale) return;
     const clock_type::time_point due = next;
     if (now - due < period || policy == missed_tick_policy::burst) {
       next = after(due);
@@ -81,13 +93,13 @@ struct periodic_state {
   // wait for came due, while the wait last started for that tick has not run (settled,
   // which a new wait does not abort, or aborted), would complete at once for that tick,
   // and then stand for the following one, up to a period early (a review found it). It is
-  // parked instead until the waits started before it have run and the grid has moved (or
-  // not, if they were aborted): then it is filed for the grid's next tick
-  // (periodic_wait_op::unpark()). A later wait started meanwhile parks as well, and
-  // aborts it. It is parked at the tick after: where it goes when the tick's wait counts
-  // the tick on time, and never early. Should none of those waits run (one destroyed
-  // unrun, its handler's dispatch out of memory), it still completes, a period late if
-  // the tick went to nobody (its wait aborted), instead of never.
+  // parked instead until the waits started before it have run, or been destroyed unrun,
+  // and the grid has moved (or not, if they were aborted or destroyed): then it is filed
+  // for the grid's next tick (periodic_wait_op::unpark()). A later wait started meanwhile
+  // parks as well, and aborts it. A parked wait is filed at time_point::max(), where
+  // nothing but the unpark moves it: parked at the tick after, it completed there before
+  // the grid had moved when the tick's handler ran a period late, ahead of the grid's
+  // tick under missed_tick_policy::delay and skip (a review found it).
   bool parks(clock_type::time_point now) const noexcept {
     return mode == tick_mode::fixed_rate && started && unrun != 0 && filed == next && next <= now;
   }
@@ -109,7 +121,9 @@ struct periodic_state {
   // whether the pending wait is parked (see parks()).
   clock_type::time_point filed{};
   std::size_t unrun = 0;
+  std::size_t stale = 0;  // the first of them, started before the grid last (re)started
   bool parked = false;
+  bool initiating = false;  // inside async_wait(): a wait destroyed now was never started
   std::atomic<std::size_t> refs{1};  // the timer, and the wait's handler while it lives
 };
 
@@ -154,14 +168,22 @@ class periodic_wait_op {
   periodic_wait_op(periodic_wait_op&&) noexcept(std::is_nothrow_move_constructible_v<Handler>) =
       default;
   periodic_wait_op& operator=(periodic_wait_op&&) = delete;
+  // Never run: a failed start, the context's shutdown, or a handler whose dispatch failed.
+  // A parked wait behind it is not left parked for good.
   ~periodic_wait_op() {
-    if (state_) --state_->unrun;  // never run: a failed start, or the context's shutdown
+    if (!state_) return;
+    State& state = *state_;
+    --state.unrun;
+    if (state.initiating) return;  // this wait itself, never started
+    state.take_stale();
+    if (state.parked && state.unrun == 1) unpark(state);
   }
 
   void operator()(boost::system::error_code ec) {
     State& state = *state_;
     --state.unrun;
-    if (!ec) state.on_tick(std::chrono::steady_clock::now());
+    const bool stale = state.take_stale();
+    if (!ec) state.on_tick(std::chrono::steady_clock::now(), stale);
     // The parked wait's turn once every wait started before it has run.
     if (state.parked && state.unrun == 1) unpark(state);
     state_.reset();
@@ -285,7 +307,8 @@ class basic_periodic_timer {
   time_point next_tick() const { return state().next; }
 
   /// Starts the grid again at the next async_wait(). A pending wait and the counters are
-  /// not affected.
+  /// not affected. A tick of the old grid that completes after that async_wait() (its
+  /// handler was queued) is counted in ticks() and does not move the new grid.
   void reset() { state().started = false; }
 
   /// Waits for the next tick.
@@ -352,23 +375,28 @@ class basic_periodic_timer {
       const clock_type::time_point filed = state->filed;
       const bool parked = state->parked;
       const bool parks = state->parks(now);
+      const std::size_t stale = state->stale;
       const clock_type::time_point deadline =
-          parks ? state->after(next) : state->deadline_for_wait(now);
+          parks ? clock_type::time_point::max() : state->deadline_for_wait(now);
       // Set before the filing: once filed, the wait may complete on another thread.
       state->filed = parks ? next : deadline;
       state->parked = parks;
+      state->initiating = true;
       try {
         detail::timer_access::replace_wait(
             *state->timer, deadline,
             detail::periodic_wait_op<std::decay_t<Handler>, state_type>(
                 state, std::forward<Handler>(handler)));
       } catch (...) {
+        state->initiating = false;
         state->started = started;
         state->next = next;
+        state->stale = stale;
         state->filed = filed;
         state->parked = parked;
         throw;
       }
+      state->initiating = false;
     }
   };
 
