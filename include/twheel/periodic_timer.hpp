@@ -367,8 +367,9 @@ class basic_periodic_timer {
         throw std::logic_error(
             "twheel::periodic_timer: wait launched after the timer was destroyed");
       }
-      // The grid moves only if the wait is accepted; the pending wait, if any, is aborted
-      // only then (detail::timer_access::replace_wait).
+      // The grid moves only if the wait starts (one refused with no_buffer_space starts
+      // and completes: the grid starts at the first call, as documented); the pending
+      // wait, if any, is aborted only then (detail::timer_access::replace_wait).
       const clock_type::time_point now = clock_type::now();
       const bool started = state->started;
       const clock_type::time_point next = state->next;
