@@ -216,6 +216,14 @@ class basic_idle_timer {
  public:
   /// The type of the executor associated with the object.
   using executor_type = Executor;
+
+  /// Rebinds the timer type to another executor (for `as_default_on_t`, as Asio's I/O
+  /// objects do).
+  template <class Executor1>
+  struct rebind_executor {
+    /// The timer type when rebound to the specified executor.
+    using other = basic_idle_timer<Executor1>;
+  };
   /// The clock type.
   using clock_type = std::chrono::steady_clock;
   /// The duration type of the clock.
