@@ -46,6 +46,7 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/system_executor.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
@@ -1905,6 +1906,40 @@ BOOST_AUTO_TEST_CASE(io_executor_is_seen_through_every_token_adapter) {
     return asio::redirect_error(asio::bind_executor(other, asio::as_tuple(p)), ec);
   });
 }
+
+#if __has_include(<boost/asio/bind_immediate_executor.hpp>)
+namespace {
+// An operation that completes within its initiation, on its handler's immediate executor,
+// as Asio's own operations do from 1.28 (Boost 1.82) on.
+struct completes_at_once {
+  asio::io_context& ctx;
+  using executor_type = asio::io_context::executor_type;
+  executor_type get_executor() const { return ctx.get_executor(); }
+  template <class Handler>
+  void operator()(Handler handler) const {
+    auto immediate = asio::get_associated_immediate_executor(handler, ctx.get_executor());
+    asio::dispatch(immediate, [h = std::move(handler)]() mutable { std::move(h)(error_code{}); });
+  }
+};
+}  // namespace
+
+// The caller's immediate executor is seen through cancel_after's wrapper, as Asio's own
+// cancel_after lets an operation see it: asked for one that runs work at once, the
+// operation completes within its initiation. (Without it, the operation sees the I/O
+// executor, which never runs work at once: the handler ran only in run().)
+BOOST_AUTO_TEST_CASE(the_callers_immediate_executor_is_seen_through_the_wrapper) {
+  asio::io_context ctx;
+  std::optional<error_code> got;
+  auto token = twheel::cancel_after(
+      10s, asio::bind_immediate_executor(asio::system_executor(),
+                                         [&](error_code ec) { got = ec; }));
+  asio::async_initiate<decltype(token), void(error_code)>(completes_at_once{ctx}, token);
+  BOOST_TEST_REQUIRE(got.has_value());  // within the initiating call: the caller asked
+  BOOST_TEST(!*got);
+  BOOST_TEST(!run_ctx(ctx).timed_out);
+  BOOST_TEST(twheel::stats(ctx).pending == 0u);
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
 

@@ -13,6 +13,9 @@
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
+#if __has_include(<boost/asio/associated_immediate_executor.hpp>)
+#include <boost/asio/associated_immediate_executor.hpp>
+#endif
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
@@ -655,6 +658,21 @@ struct associated_allocator<twheel::detail::cancel_after_handler<Handler, State>
     return get_associated_allocator(h.handler_, a);
   }
 };
+
+#if __has_include(<boost/asio/associated_immediate_executor.hpp>)
+// Asio 1.28 (Boost 1.82) on: an operation that completes within its initiation runs the
+// handler on its immediate executor. The caller's (bind_immediate_executor) is seen
+// through the wrapper, as Asio's own cancel_after lets the operation see it.
+template <class Handler, class State, class Executor>
+struct associated_immediate_executor<twheel::detail::cancel_after_handler<Handler, State>,
+                                     Executor> {
+  using type = typename associated_immediate_executor<Handler, Executor>::type;
+  static decltype(auto) get(const twheel::detail::cancel_after_handler<Handler, State>& h,
+                            const Executor& ex) noexcept {
+    return associated_immediate_executor<Handler, Executor>::get(h.handler_, ex);
+  }
+};
+#endif
 
 // bind_cancellation_slot(slot, twheel::cancel_after(...)): the operation is handed
 // cancellation_slot_binder<cancel_after_handler, Slot>, whose own associated slot (the
