@@ -673,6 +673,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(connect_forms, Stream, stream_types) {
   BOOST_TEST((ee == error_code(asio::error::not_found)));
 }
 
+// A generic lambda as the completion handler of the range and iterator forms, as Beast's
+// stream takes it: it is not asked whether it is a connect condition with a resolver
+// entry, which its body (an endpoint's port(), an iterator's ->) does not compile with (a
+// review found twheel's stream a hard error there).
+BOOST_AUTO_TEST_CASE_TEMPLATE(connect_with_a_generic_lambda_handler, Stream, stream_types) {
+  asio::io_context ctx;
+  tcp::acceptor acceptor(ctx, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  const auto ep = acceptor.local_endpoint();
+  const auto results = tcp::resolver::results_type::create(ep, "localhost", "0");
+  Stream a(ctx), b(ctx);
+  std::optional<error_code> ea, eb;
+  unsigned short port_a = 0, port_b = 0;
+  a.expires_after(5s);
+  a.async_connect(results, [&](auto e, auto endpoint) {
+    ea = e;
+    port_a = endpoint.port();
+  });
+  b.expires_after(5s);
+  b.async_connect(results.begin(), results.end(), [&](auto e, auto it) {
+    eb = e;
+    port_b = it->endpoint().port();
+  });
+  BOOST_REQUIRE(!run_ctx(ctx).timed_out);
+  BOOST_TEST(!ea.value_or(not_done));
+  BOOST_TEST(!eb.value_or(not_done));
+  BOOST_TEST(port_a == ep.port());
+  BOOST_TEST(port_b == ep.port());
+}
+
 // A connect condition may take what Asio hands it, a resolver entry, as well as an
 // endpoint.
 BOOST_AUTO_TEST_CASE_TEMPLATE(connect_condition_on_resolver_entries, Stream, stream_types) {

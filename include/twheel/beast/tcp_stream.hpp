@@ -42,6 +42,19 @@ class stream;
 
 namespace twheel::beast {
 
+namespace detail {
+
+// Called with (error_code, Arg), F returns void: a completion handler, not a connect
+// condition. False when F cannot be called so.
+template <class F, class Arg, class = void>
+struct returns_void : std::false_type {};
+template <class F, class Arg>
+struct returns_void<
+    F, Arg, std::enable_if_t<std::is_invocable_v<F&, const boost::system::error_code&, Arg>>>
+    : std::is_void<std::invoke_result_t<F&, const boost::system::error_code&, Arg>> {};
+
+}  // namespace detail
+
 /// A stream socket wrapper with timeouts, an executor and Beast's timeout semantics, as
 /// boost::beast::basic_stream (without a rate policy: reads and writes are unlimited).
 ///
@@ -244,12 +257,17 @@ class basic_stream {
   // Iterator) where Asio still takes it. Said explicitly because from Asio 1.32 the
   // default completion token is `deferred`: a handler passed where the condition goes
   // would otherwise make async_connect(endpoints, handler) ambiguous. A completion
-  // handler returns void, so it is never taken for a condition.
-  template <class ConnectCondition, class Iterator>
-  static constexpr bool is_connect_condition =
-      std::is_invocable_r_v<bool, ConnectCondition&, const error_code&,
-                            decltype(*std::declval<const Iterator&>())> ||
-      std::is_invocable_r_v<Iterator, ConnectCondition&, const error_code&, Iterator>;
+  // handler returns void, so it is never taken for a condition. It is asked first, with
+  // the arguments it completes with (`Completed`): a generic lambda's body is then only
+  // instantiated with those, where asking it about `*iterator` (a resolver entry) made a
+  // hard error of a handler that Beast's stream takes (a review found it).
+  template <class ConnectCondition, class Iterator, class Completed>
+  static constexpr bool is_connect_condition = std::conjunction_v<
+      std::negation<detail::returns_void<ConnectCondition, Completed>>,
+      std::disjunction<
+          std::is_invocable_r<bool, ConnectCondition&, const error_code&,
+                              decltype(*std::declval<const Iterator&>())>,
+          std::is_invocable_r<Iterator, ConnectCondition&, const error_code&, Iterator>>>;
   template <class EndpointSequence>
   using iterator_of = decltype(std::begin(std::declval<const EndpointSequence&>()));
 
@@ -262,7 +280,8 @@ class basic_stream {
             class RangeConnectHandler = boost::asio::default_completion_token_t<executor_type>,
             std::enable_if_t<boost::asio::is_endpoint_sequence<EndpointSequence>::value &&
                                  is_connect_condition<ConnectCondition,
-                                                      iterator_of<EndpointSequence>>,
+                                                      iterator_of<EndpointSequence>,
+                                                      typename Protocol::endpoint>,
                              int> = 0>
   auto async_connect(const EndpointSequence& endpoints, ConnectCondition connect_condition,
                      RangeConnectHandler&& handler =
@@ -294,7 +313,7 @@ class basic_stream {
   template <class Iterator, class ConnectCondition,
             class IteratorConnectHandler = boost::asio::default_completion_token_t<executor_type>,
             std::enable_if_t<!boost::asio::is_endpoint_sequence<Iterator>::value &&
-                                 is_connect_condition<ConnectCondition, Iterator>,
+                                 is_connect_condition<ConnectCondition, Iterator, Iterator>,
                              int> = 0>
   auto async_connect(Iterator begin, Iterator end, ConnectCondition connect_condition,
                      IteratorConnectHandler&& handler =
