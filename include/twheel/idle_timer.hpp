@@ -224,6 +224,7 @@ class basic_idle_timer {
     /// The timer type when rebound to the specified executor.
     using other = basic_idle_timer<Executor1>;
   };
+
   /// The clock type.
   using clock_type = std::chrono::steady_clock;
   /// The duration type of the clock.

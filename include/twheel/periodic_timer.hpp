@@ -236,6 +236,7 @@ class basic_periodic_timer {
     /// The timer type when rebound to the specified executor.
     using other = basic_periodic_timer<Executor1>;
   };
+
   /// The clock type.
   using clock_type = std::chrono::steady_clock;
   /// The duration type of the clock.
@@ -332,7 +333,8 @@ class basic_periodic_timer {
   /// One wait at a time: start the next wait from the previous one's handler, or once it
   /// has completed. A wait started after the pending tick came due but before its
   /// handler ran does not abort that one (already completed) and waits for the tick after
-  /// it.
+  /// it: the grid's next tick once that handler has run (or been destroyed unrun), as
+  /// missed_tick_policy moved the grid.
   ///
   /// @param token The completion token that will be used to produce a completion handler
   /// (a function object, use_awaitable, deferred, ...).
