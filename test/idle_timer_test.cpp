@@ -179,21 +179,11 @@ BOOST_AUTO_TEST_CASE(invalid_period_throws_invalid_argument) {
 // async_wait() takes the executor's default token (here deferred: nothing starts until
 // the operation is launched).
 BOOST_AUTO_TEST_CASE(rebinds_to_an_executor_with_a_default_token) {
-  using deferred_timer = asio::deferred_t::as_default_on_t<idle_timer>;
-  static_assert(std::is_same_v<deferred_timer::executor_type,
-                               asio::deferred_t::executor_with_default<asio::any_io_executor>>);
-  static_assert(std::is_same_v<deferred_timer::rebind_executor<asio::any_io_executor>::other,
-                               idle_timer>);
-  asio::io_context ctx;
-  deferred_timer timer(ctx, 5ms);
-  auto wait = timer.async_wait();
-  BOOST_TEST(twheel::stats(ctx).pending == 0u);  // deferred: not started
-  std::optional<error_code> got;
-  std::move(wait)([&](error_code ec) { got = ec; });
-  BOOST_TEST(twheel::stats(ctx).pending == 1u);
-  run_ctx(ctx);
-  BOOST_TEST_REQUIRE(got.has_value());
-  BOOST_TEST(!*got);
+  const auto r = twheel_test::run_deferred_wait<idle_timer>(
+      [](asio::io_context& ctx) { return twheel::stats(ctx).pending; }, 5ms);
+  BOOST_TEST(r.pending_before_launch == 0u);  // deferred: not started until launched
+  BOOST_TEST(r.pending_after_launch == 1u);
+  BOOST_TEST((r.ec == error_code()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

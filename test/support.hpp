@@ -8,6 +8,7 @@
 #ifndef TWHEEL_TEST_SUPPORT_HPP
 #define TWHEEL_TEST_SUPPORT_HPP
 
+#include <boost/asio/deferred.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/execution.hpp>
 #include <boost/asio/execution_context.hpp>
@@ -28,12 +29,41 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace twheel_test {
+
+// What async_wait() with no token did on a Timer rebound to an executor that names
+// deferred as its default token (as_default_on_t, through Timer's rebind_executor),
+// constructed on a fresh context with `args`: the waits `pending(ctx)` counted before and
+// after the operation was launched, and its result once the context ran.
+struct deferred_wait_result {
+  std::size_t pending_before_launch = 0;
+  std::size_t pending_after_launch = 0;
+  std::optional<boost::system::error_code> ec;
+};
+
+template <class Timer, class Pending, class... Args>
+deferred_wait_result run_deferred_wait(Pending pending, const Args&... args) {
+  using deferred_timer = typename boost::asio::deferred_t::template as_default_on_t<Timer>;
+  static_assert(std::is_same_v<typename deferred_timer::template rebind_executor<
+                                   typename Timer::executor_type>::other,
+                               Timer>);
+  boost::asio::io_context ctx;
+  deferred_timer timer(ctx, args...);
+  deferred_wait_result r;
+  auto wait = timer.async_wait();
+  r.pending_before_launch = pending(ctx);
+  std::move(wait)([&r](boost::system::error_code ec) { r.ec = ec; });
+  r.pending_after_launch = pending(ctx);
+  ctx.run();
+  return r;
+}
 
 // A duration as a whole number of milliseconds, for messages and coarse bounds.
 template <class D>
