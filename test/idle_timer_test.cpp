@@ -1352,6 +1352,76 @@ BOOST_AUTO_TEST_CASE(move_assignment_aborts_the_overwritten_wait) {
   BOOST_TEST((r.elapsed < 1s));
 }
 
+// As Asio's I/O objects: a timer moves into one of another executor type (what
+// as_default_on(std::move(timer)) calls), with its pending wait, last touch and executor.
+BOOST_AUTO_TEST_CASE(converting_moves_between_executor_types) {
+  using R = idle_timer::rebind_executor<asio::io_context::executor_type>::other;
+  asio::io_context ctx;
+
+  R r(ctx.get_executor(), 30ms);
+  outcome out;
+  r.async_wait(out.handler());
+  const auto touched = wall::now();  // before: a touch counts from the call
+  r.touch();
+  idle_timer t(std::move(r));
+  BOOST_TEST((t.get_executor() == asio::any_io_executor(ctx.get_executor())));
+  BOOST_TEST(ms(t.period()) == 30);
+  BOOST_TEST(r.cancel() == 0u);
+  BOOST_CHECK_THROW(r.period(), std::logic_error);
+  BOOST_CHECK_THROW(idle_timer(std::move(r)), std::logic_error);
+
+  // Assignment aborts the target's wait and carries the source's; from a moved-from
+  // timer it throws and leaves the target's wait alone.
+  R r2(ctx, 20ms);
+  outcome of_r2, of_t2, of_t3;
+  r2.async_wait(of_r2.handler());
+  idle_timer t2(ctx, 10s);
+  t2.async_wait(of_t2.handler());
+  t2 = std::move(r2);
+  BOOST_TEST(ms(t2.period()) == 20);
+  idle_timer t3(ctx, 25ms);
+  t3.async_wait(of_t3.handler());
+  BOOST_CHECK_THROW(t3 = std::move(r2), std::logic_error);
+
+  // The carried wait is cancelled through the converted timer.
+  R r4(ctx, 10s);
+  outcome of_r4;
+  r4.async_wait(of_r4.handler());
+  idle_timer t4(std::move(r4));
+  BOOST_TEST(t4.cancel() == 1u);
+
+  // A wait started on a strand's timer still completes in the strand.
+  auto strand = asio::make_strand(ctx);
+  idle_timer::rebind_executor<decltype(strand)>::other s(strand, 5ms);
+  bool in_strand = false;
+  error_code s_ec = asio::error::would_block;
+  s.async_wait([&](error_code ec) {
+    s_ec = ec;
+    in_strand = strand.running_in_this_thread();
+  });
+  idle_timer t5(std::move(s));
+  BOOST_TEST((t5.get_executor() == asio::any_io_executor(strand)));
+
+  auto deferred_timer = asio::deferred.as_default_on(idle_timer(ctx, 5ms));
+  error_code d_ec = asio::error::would_block;
+  deferred_timer.async_wait()([&](error_code ec) { d_ec = ec; });
+
+  const auto run = run_ctx(ctx);
+  BOOST_TEST(!run.timed_out);
+  BOOST_TEST(out.calls == 1);
+  BOOST_TEST(!out.ec);
+  BOOST_TEST((out.at >= touched + 30ms));
+  BOOST_TEST(of_r2.calls == 1);
+  BOOST_TEST(!of_r2.ec);
+  BOOST_TEST(of_t2.ec == aborted);
+  BOOST_TEST(of_t3.calls == 1);
+  BOOST_TEST(!of_t3.ec);
+  BOOST_TEST(of_r4.ec == aborted);
+  BOOST_TEST(!s_ec);
+  BOOST_TEST(in_strand);
+  BOOST_TEST(!d_ec);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---------------------------------------------------------------------------------------

@@ -283,6 +283,39 @@ class basic_idle_timer {
     return *this;
   }
 
+  /// Move-constructs an idle timer from one with another executor type (what
+  /// `as_default_on(std::move(timer))` calls); as the move constructor.
+  ///
+  /// @param other The timer to move from; its executor must convert to Executor.
+  ///
+  /// @throws std::logic_error if `other` was moved from; std::bad_alloc if the converted
+  /// executor cannot be kept. Either way `other` is unchanged.
+  template <class Executor1,
+            std::enable_if_t<std::is_convertible_v<Executor1, Executor>, int> = 0>
+  basic_idle_timer(basic_idle_timer<Executor1>&& other)
+      : service_(&other.service()),
+        executor_(detail::attach_timer_executor(*service_, executor_type(other.get_executor()))),
+        flag_(std::exchange(other.flag_, nullptr)) {
+    other.service_ = nullptr;
+    take(other);
+    // The executor changed type: a handler boxed under the old one still runs where it did.
+    state_.boxable = executor_.is_wheels(*service_);
+  }
+
+  /// Move-assigns an idle timer from one with another executor type; as the move
+  /// assignment.
+  ///
+  /// @param other The timer to move from; its executor must convert to Executor.
+  ///
+  /// @throws std::logic_error if `other` was moved from; std::bad_alloc if the converted
+  /// executor cannot be kept. Either way both timers are unchanged.
+  template <class Executor1>
+  std::enable_if_t<std::is_convertible_v<Executor1, Executor>, basic_idle_timer&> operator=(
+      basic_idle_timer<Executor1>&& other) {
+    basic_idle_timer converted(std::move(other));
+    return *this = std::move(converted);
+  }
+
   /// Aborts a pending wait (operation_aborted, later, from the context), also one whose
   /// period has just ended but whose handler has not run yet.
   ~basic_idle_timer() { close(); }
@@ -362,6 +395,8 @@ class basic_idle_timer {
 
  private:
   friend struct detail::timer_access;  // the tests read the touch stamp
+  template <class E>
+  friend class basic_idle_timer;  // the converting moves
 
   struct initiate_wait {
     using executor_type = basic_idle_timer::executor_type;  // for Asio's adapters
@@ -417,9 +452,14 @@ class basic_idle_timer {
   void check() const {
     if (!service_) throw std::logic_error("twheel::idle_timer: used after being moved from");
   }
+  wheel_service& service() const {
+    check();
+    return *service_;
+  }
 
   // The entry, its waits and its stamp move from `other` (its service_ already taken).
-  void take(basic_idle_timer& other) noexcept {
+  template <class Executor1>
+  void take(basic_idle_timer<Executor1>& other) noexcept {
     state_.period = other.state_.period;
     state_.touched.store(other.state_.touched.load(std::memory_order_relaxed),
                          std::memory_order_relaxed);
