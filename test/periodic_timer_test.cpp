@@ -610,6 +610,44 @@ BOOST_AUTO_TEST_CASE(a_parked_wait_is_filed_when_the_handler_before_it_is_destro
   BOOST_TEST((timer.next_tick() == due + 40ms));
 }
 
+// Three waits: the tick's, queued; a second, parked; a third, which aborts the second and
+// parks. The tick's handler runs and moves the grid, then the second's handler is
+// destroyed unrun: the third is filed for the grid as that handler left it, a period on,
+// not for the tick it was parked behind.
+BOOST_AUTO_TEST_CASE(a_parked_wait_is_filed_for_the_grid_the_handlers_before_it_left) {
+  asio::io_context ctx, first_ctx;  // the tick's handler runs in first_ctx, when polled
+  std::optional<asio::io_context> second_ctx(std::in_place);
+  periodic_timer timer(ctx, 40ms);
+  bool first_ran = false;
+  std::optional<error_code> third;
+  wall::time_point third_at{};
+  timer.async_wait(asio::bind_executor(first_ctx, [&](error_code) { first_ran = true; }));
+  const auto due = timer.next_tick();
+  std::this_thread::sleep_until(due + 5ms);
+  const auto give_up = wall::now() + 10s;
+  while (twheel::stats(ctx).fired == 0 && wall::now() < give_up) ctx.run_one();
+  BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 1u);  // settled
+  timer.async_wait(asio::bind_executor(*second_ctx, [](error_code) {}));
+  timer.async_wait([&](error_code ec) {
+    third = ec;
+    third_at = wall::now();
+  });
+  ctx.restart();     // it ran out of work once the tick's handler went to first_ctx
+  ctx.poll();        // the second's abort to second_ctx
+  first_ctx.poll();  // the tick's handler moves the grid
+  BOOST_TEST_REQUIRE(first_ran);
+  BOOST_TEST_REQUIRE(!third.has_value());
+  BOOST_TEST((timer.next_tick() == due + 40ms));
+  second_ctx.reset();  // destroys the second wait's handler unrun
+  const run_result r = run_ctx(ctx, 20s);
+  BOOST_TEST(!r.timed_out);
+  BOOST_TEST_REQUIRE(third.has_value());
+  BOOST_TEST(!*third);
+  BOOST_TEST((third_at >= due + 40ms));
+  BOOST_TEST(timer.ticks() == 2u);
+  BOOST_TEST((timer.next_tick() == due + 80ms));
+}
+
 // A parked wait filed for the grid's next tick, already past, when the wait before it ran:
 // no pass has seen it there, so cancel() still aborts it (a review found it completed
 // with success and cancel() counting none: the re-file kept the pass count of the wait's
