@@ -23,6 +23,23 @@ wheel_config to_config(const wheel_options& options) {
   return wheel_config{options.tick, options.levels};
 }
 
+// The scheduler service of `ctx`, if it has one: an io_context's or a thread_pool's, which
+// runs its handlers, or on a context of the user's own the one its reactor made (an Asio
+// I/O object on it), which runs on a thread of Asio's own. attach_executor() tells them
+// apart.
+boost::asio::detail::scheduler* scheduler_service_of(execution_context& ctx) {
+#if defined(BOOST_ASIO_HAS_IOCP)
+  // io_context runs on win_iocp_io_context there; a thread_pool still has a scheduler,
+  // but telling the two apart needs more than the registry says.
+  (void)ctx;
+  return nullptr;
+#else
+  using scheduler = boost::asio::detail::scheduler;
+  return boost::asio::has_service<scheduler>(ctx) ? &boost::asio::use_service<scheduler>(ctx)
+                                                  : nullptr;
+#endif
+}
+
 }  // namespace
 
 void wheel_service::validate(const wheel_options& options) {
@@ -40,7 +57,7 @@ wheel_service::wheel_service(execution_context& ctx)
     : wheel_service(ctx, wheel_options{}) {}
 
 wheel_service::wheel_service(execution_context& ctx, const wheel_options& options)
-    : wheel_service(ctx, options, detail::scheduler_of(ctx)) {}
+    : wheel_service(ctx, options, scheduler_service_of(ctx)) {}
 
 wheel_service::wheel_service(execution_context& ctx, const wheel_options& options,
                              boost::asio::detail::scheduler* scheduler)
@@ -61,17 +78,20 @@ void wheel_service::attach_executor(boost::asio::any_io_executor ex) {
   lock_type lock(mutex_);
   if (driver_) return;
   executor_ = std::move(ex);
-  // Records reach Asio's scheduler directly, so running one runs its handler on the
-  // context's plain executor and on nothing else: not inside a strand or another wrapper
-  // that driver_executor() could not see through (the driver then runs in it, but no
-  // handler runs outside its own executor), nor on another context's executor. Without
-  // that scheduler, records are posted to executor_ itself.
-  records_run_on_executor_ =
-      scheduler_ == nullptr ||
-      (&boost::asio::query(executor_, boost::asio::execution::context) == &context() &&
-       (executor_.target<io_executor>() != nullptr ||
-        executor_.target<pool_executor>() != nullptr));
-  driver_.emplace(executor_, origin_, options_.slack, &wheel_service::wake, this, scheduler_);
+  // Records and passes reach Asio's scheduler directly only if it runs this context: an
+  // io_context's or a thread_pool's, whose plain executor driver_executor() then found.
+  // Otherwise they are posted to executor_: on a context of the user's own (whose
+  // scheduler service, if any, is a reactor's, run on a thread of Asio's own: a review
+  // found passes and records run there, and its queue holding the wheel's memory past the
+  // wheel), and behind a wrapper driver_executor() could not see through. Either way,
+  // running a record runs its handler on executor_ and on nothing else. (The context's
+  // type cannot be asked: execution_context is not polymorphic.)
+  const bool runs_on_scheduler =
+      &boost::asio::query(executor_, boost::asio::execution::context) == &context() &&
+      (executor_.target<io_executor>() != nullptr || executor_.target<pool_executor>() != nullptr);
+  auto* const scheduler = runs_on_scheduler ? scheduler_ : nullptr;
+  driver_.emplace(executor_, origin_, options_.slack, &wheel_service::wake, this, scheduler);
+  scheduler_ = scheduler;  // once nothing can throw: a failed attach leaves it for the next
   attached_.store(true, std::memory_order_release);
 }
 
@@ -85,7 +105,8 @@ wheel_service::~wheel_service() {
   // still exists.
   if (!shut_down_ && driver_) {
     shutdown();
-    if (auto* scheduler = detail::scheduler_of(context())) scheduler->shutdown();
+    // Any scheduler: on a context of the user's own, its reactor's holds the driver's wait.
+    if (auto* scheduler = scheduler_service_of(context())) scheduler->shutdown();
   }
   detail::wheels_destroyed.fetch_add(1, std::memory_order_release);
 }

@@ -13,6 +13,7 @@
 #define BOOST_TEST_MODULE wheel_service
 #include <boost/test/unit_test.hpp>
 
+#include <twheel/cancel_after.hpp>
 #include <twheel/steady_timer.hpp>
 #include <twheel/wheel_service.hpp>
 #include <twheel/detail/completion_queue.hpp>
@@ -28,6 +29,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/deferred.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/system/system_error.hpp>
@@ -1663,16 +1665,17 @@ BOOST_AUTO_TEST_CASE(the_driver_runs_on_the_contexts_plain_executor) {
 }
 
 // A wrapper the driver cannot see through (here a strand of the context's executor with
-// the user's allocator, behind any_io_executor) keeps the driver in it. No handler is then
-// invoked as a record of the scheduler's, which would bypass the strand: those bound to
-// the strand still run in it, one at a time.
+// the user's allocator, behind any_io_executor) keeps the driver in it, and the records
+// are posted to it too (the wheel cannot tell the context is an io_context), not handed
+// to the scheduler, which would run a handler invoked inline outside the strand: those
+// bound to the strand run in it, one at a time.
 BOOST_AUTO_TEST_CASE(handlers_stay_in_a_strand_the_driver_could_not_see_through) {
   asio::io_context ctx(2);
   twheel_test::alloc_counters c;
   const auto strand = asio::make_strand(asio::require(
       ctx.get_executor(), asio::execution::allocator(twheel_test::counting_allocator<void>(&c))));
   twheel::steady_timer first{asio::any_io_executor(strand)};  // the context's first timer
-  BOOST_TEST(!twheel::wheel_service::of(ctx).runs_inline(strand));
+  BOOST_TEST(!twheel::wheel_service::of(ctx).context_queue_goes_first());
   constexpr int n = 100;
   twheel_test::strand_log<std::decay_t<decltype(strand)>> log(strand);
   std::vector<std::unique_ptr<twheel::steady_timer>> timers;
@@ -2648,4 +2651,38 @@ BOOST_AUTO_TEST_CASE(waits_complete_through_the_queue_of_a_context_of_the_users_
   BOOST_TEST_REQUIRE(of_due.size() == 1u);
   BOOST_TEST(!of_due[0]);
   BOOST_TEST(twheel::stats(ctx).pending == 0u);
+}
+
+// An Asio I/O object on a context of the user's own gives that context a scheduler
+// service, its reactor's, which runs on a thread of Asio's own and not the context's
+// handlers. Made before the wheel, it was taken for the context's (a review found it):
+// aborted waits were flushed on that thread, racing the user's calls on a single_threaded
+// wheel (TSan), and a cancel_after state whose handler the context's queue still held was
+// kept in the wheel's memory, freed before that queue (ASan).
+BOOST_AUTO_TEST_CASE(an_asio_object_on_a_users_context_leaves_the_wheels_work_there) {
+  int aborted_waits = 0;
+  bool timeout_ran = false;
+  {
+    twheel_test::queue_context ctx;
+    asio::steady_timer asio_first(ctx.get_executor());
+    twheel::configure(ctx, twheel::wheel_options{.single_threaded = true});
+    twheel::steady_timer timer(ctx.get_executor(), 1h);
+    BOOST_TEST(!twheel::wheel_service::of(ctx).context_queue_goes_first());
+    for (int i = 0; i < 200; ++i) {
+      timer.async_wait([&](error_code ec) {
+        aborted_waits += ec == asio::error::operation_aborted;
+      });
+      BOOST_TEST(timer.cancel() == 1u);
+      ctx.poll();
+    }
+    // Left queued when the context goes: its cancel_after state goes with the queue.
+    timer.async_wait(twheel::cancel_after(1ms, [&](error_code) { timeout_ran = true; }));
+    const auto give_up = clock_type::now() + 10s;
+    while (twheel::stats(ctx).pending != 0 && clock_type::now() < give_up) {
+      if (ctx.poll_one() == 0) std::this_thread::sleep_for(1ms);
+    }
+    BOOST_TEST(twheel::stats(ctx).pending == 0u);
+  }
+  BOOST_TEST(aborted_waits == 200);
+  BOOST_TEST(!timeout_ran);
 }

@@ -242,7 +242,7 @@ class wheel_service : public boost::asio::execution_context::service {
   /// Whether the context destroys what its queue holds before its services (Asio's
   /// scheduler: an io_context or a thread_pool). Only then may what the context holds of
   /// ours live in the service's memory: another context may destroy its queue after its
-  /// services (Asio's own priority_scheduler example does).
+  /// services (Asio's own priority_scheduler example does). Call after attach().
   bool context_queue_goes_first() const noexcept { return scheduler_ != nullptr; }
   /// The cancellation signal of a block of schedule_new(). It outlives the states made in
   /// the block, from the block's making to the service's destruction, so that the
@@ -268,9 +268,8 @@ class wheel_service : public boost::asio::execution_context::service {
   }
 
   /// True when handlers bound to `ex` may be invoked directly by the wheel's drain: `ex`
-  /// is the executor the driver itself runs on, and running a record runs it there (false
-  /// for every `ex` when the driver could not be given the context's plain executor).
-  /// Call after attach().
+  /// is the executor the driver itself runs on, where running a record runs it. Call
+  /// after attach().
   template <class Executor>
   bool runs_inline(const Executor& ex) const noexcept;
   /// The executor the driver runs on; set by the first attach(), then never changed.
@@ -295,8 +294,9 @@ class wheel_service : public boost::asio::execution_context::service {
   using lock_type = detail::service_lock;
   struct foreign_record;
   class record_runner;
-  // `scheduler`: ctx's (detail::scheduler_of), looked up once for the lock's choice and
-  // for handing over (each lookup is two locks of Asio's service registry).
+  // `scheduler`: ctx's scheduler service, if any, looked up once for the lock's choice and
+  // for handing over (each lookup is two locks of Asio's service registry);
+  // attach_executor() keeps it only if it runs the context.
   wheel_service(boost::asio::execution_context& ctx, const wheel_options& options,
                 boost::asio::detail::scheduler* scheduler);
   // The one operation that carries the aborted waits of many calls to the context
@@ -482,9 +482,6 @@ class wheel_service : public boost::asio::execution_context::service {
   wheel_options options_;
   std::atomic<bool> attached_{false};
   boost::asio::any_io_executor executor_;      // what the driver runs on; set once
-  // Whether running a record is running its handler on executor_ (runs_inline()); set
-  // with executor_.
-  bool records_run_on_executor_ = false;
   clock_type::time_point origin_;
   mutable detail::service_mutex mutex_;
   timing_wheel wheel_;
@@ -494,7 +491,9 @@ class wheel_service : public boost::asio::execution_context::service {
   std::size_t deferred_count_ = 0;
   bool flush_queued_ = false;                  // flush_ is in the scheduler's queue
   flush_op flush_{this};
-  boost::asio::detail::scheduler* scheduler_ = nullptr;  // the context's, if it has one
+  // The scheduler that runs the context (an io_context's or a thread_pool's), if any;
+  // from attach() on (until then, the context's scheduler service, whatever it runs).
+  boost::asio::detail::scheduler* scheduler_ = nullptr;
   bool shut_down_ = false;
   std::optional<detail::wheel_driver> driver_;  // made by the first attach
   wheel_stats stats_;  // stats_.wakeups also counts the passes for seen_due()

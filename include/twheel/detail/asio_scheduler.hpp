@@ -14,8 +14,9 @@
 // - the service behind boost::asio::steady_timer (the driver's), which the wheel
 //   acquires in its constructor, as an Asio service acquires the services it uses: the
 //   context destroys its services newest first, so that one then outlives the wheel.
-// A context without such a scheduler (a user's own execution_context, or io_context on
-// Windows, which runs on IOCP) gets one posted operation per settled wait instead.
+// A context not run by such a scheduler (a user's own execution_context, even one with an
+// Asio I/O object on it, or io_context on Windows, which runs on IOCP) gets one posted
+// operation per settled wait instead (src/wheel_service.cpp tells them apart).
 #ifndef TWHEEL_DETAIL_ASIO_SCHEDULER_HPP
 #define TWHEEL_DETAIL_ASIO_SCHEDULER_HPP
 
@@ -42,23 +43,10 @@ using steady_timer_service = boost::asio::detail::deadline_timer_service<
     boost::asio::detail::chrono_time_traits<std::chrono::steady_clock,
                                             boost::asio::wait_traits<std::chrono::steady_clock>>>;
 
-// The scheduler that runs `ctx`'s handlers, or null.
-inline boost::asio::detail::scheduler* scheduler_of(boost::asio::execution_context& ctx) {
-#if defined(BOOST_ASIO_HAS_IOCP)
-  // io_context runs on win_iocp_io_context there; a thread_pool still has a scheduler,
-  // but telling the two apart needs more than the registry says.
-  (void)ctx;
-  return nullptr;
-#else
-  using scheduler = boost::asio::detail::scheduler;
-  return boost::asio::has_service<scheduler>(ctx) ? &boost::asio::use_service<scheduler>(ctx)
-                                                  : nullptr;
-#endif
-}
-
 // True when `ctx` (an io_context or a thread_pool) has a scheduler that takes no lock
 // (created with BOOST_ASIO_CONCURRENCY_HINT_UNSAFE): it only ever runs on one thread.
-// `sched`: scheduler_of(ctx).
+// `sched`: ctx's scheduler service, or null. On a context of the user's own it is a
+// reactor's, if any, made with the default hint (locking), so the wheel locks there.
 inline bool asio_runs_unlocked(boost::asio::execution_context& ctx,
                                boost::asio::detail::scheduler* sched) {
 #if BOOST_ASIO_VERSION >= 103300

@@ -130,8 +130,9 @@ boost::asio::any_io_executor wheel_service::driver_executor(const Executor& ex) 
   // The driver must not run inside a user's strand, or any other wrapper that serialises
   // or defers work (it would wait behind the wrapper's work, and the work behind every
   // pass): find the context's own executor behind `ex`. What cannot be seen through (a
-  // user's own adapter behind any_io_executor) is kept, with work untracked; then no
-  // handler runs inline (runs_inline()), so none runs outside its executor.
+  // user's own adapter behind any_io_executor) is kept, with work untracked; records are
+  // then posted to it too (attach_executor()), so a handler runs inline (runs_inline())
+  // only on an executor equal to it.
   if constexpr (std::is_base_of_v<any_io_executor, Executor>) {
     // any_io_executor itself, or as_default_on's executor_with_default<any_io_executor>
     const any_io_executor& erased = ex;
@@ -154,7 +155,6 @@ boost::asio::any_io_executor wheel_service::driver_executor(const Executor& ex) 
 
 template <class Executor>
 bool wheel_service::runs_inline(const Executor& ex) const noexcept {
-  if (!records_run_on_executor_) return false;
   if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
     return ex == executor_;
   } else if constexpr (boost::asio::execution::is_executor<Executor>::value) {
