@@ -312,7 +312,9 @@ class basic_periodic_timer {
   std::uint64_t ticks() const { return state().ticks; }
   /// Ticks dropped by missed_tick_policy::skip so far.
   std::uint64_t skipped() const { return state().skipped; }
-  /// The deadline of the next tick (after the first async_wait()).
+  /// The deadline of the next tick (after the first async_wait()). While a wait is held
+  /// back behind a tick whose handler has not run (see async_wait()), that tick's: the
+  /// held-back wait's is known once the handler has run.
   time_point next_tick() const { return state().next; }
 
   /// Starts the grid again at the next async_wait(). A pending wait and the counters are

@@ -12,8 +12,9 @@
 // wheel's current tick, in the slot named by that digit; so a slot's start is always in
 // the future and the slot at level L comes due no later than the entry's deadline. When a
 // slot comes due its entries are either due (detached into the caller's list) or re-filed
-// relative to the slot's start, which puts them on a finer level ("cascading"). Each
-// entry cascades at most `levels - 1` times.
+// relative to the slot's start, which puts them on a finer level ("cascading"). An entry
+// whose deadline is within the top level's span cascades at most `levels - 1` times; a
+// parked one (below) is also re-filed once per rotation of the top level it waits out.
 //
 // Every level keeps a 64-bit occupancy bitmap; the next non-empty slot of a level is a
 // rotate and a count-trailing-zeros, so next_expiry() is O(levels) and the driver can
@@ -47,7 +48,11 @@
 // where its entries went.
 //
 // Entries are intrusive (Boost.Intrusive list hooks): insert and remove never allocate.
-// The wheel is not thread-safe; its owner locks.
+// The wheel is not thread-safe; its owner locks. As with Boost.Intrusive's containers, an
+// entry does not know its wheel: the preconditions on entries (an entry inserted while
+// pending, removed from a wheel it is not in, destroyed while linked) are not checked in
+// release builds (some are asserted in debug builds), and breaking one corrupts the
+// wheels involved.
 #ifndef TWHEEL_TIMING_WHEEL_HPP
 #define TWHEEL_TIMING_WHEEL_HPP
 
@@ -228,7 +233,7 @@ class timing_wheel {
 
   /// Changes the deadline of a pending entry. Later: stores it only (the entry is re-filed
   /// when its current slot comes due). Earlier: re-files it. An entry that is not pending
-  /// is inserted. O(1).
+  /// is inserted. Precondition: the entry is not pending in another wheel. O(1).
   ///
   /// @returns As insert(); duration::max() when the deadline only moved later.
   duration reschedule(wheel_entry& entry, duration deadline) noexcept;
@@ -241,7 +246,8 @@ class timing_wheel {
   void undo_reschedule(wheel_entry& entry, std::uint64_t tick) noexcept;
 
   /// Takes an entry out of the wheel, or out of the caller's list it was detached into.
-  /// Returns true if it was pending in the wheel. Idle entries are left alone. O(1).
+  /// Returns true if it was pending in the wheel. Idle entries are left alone.
+  /// Precondition: the entry is not pending in another wheel. O(1).
   bool remove(wheel_entry& entry) noexcept;
 
   /// Detaches up to `max_entries` due entries into `out` (appended, in due order for
@@ -323,8 +329,9 @@ class timing_wheel {
   /// Converts a time to the tick containing it (rounded down; 0 for negative times).
   std::uint64_t tick_of(duration now) const noexcept;
 
-  /// `fresh` (idle) takes the place of `entry` (pending or detached), which becomes idle.
-  /// Lets an owner move an entry to a new address. O(1).
+  /// `fresh` (idle) takes the place of `entry` (pending in this wheel, or detached), which
+  /// becomes idle. Lets an owner move an entry to a new address. Precondition: `fresh` is
+  /// idle. O(1).
   void replace(wheel_entry& entry, wheel_entry& fresh) noexcept;
 
   /// Checks `config` as the constructor does, without constructing a wheel.
