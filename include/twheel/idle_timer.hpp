@@ -205,7 +205,10 @@ class idle_wait_op {
 /// after an expires_after() that came once it had expired); touches before it always
 /// count. When several threads touch one timer at the same moment, the last store wins,
 /// and it may carry the slightly older clock reading (older by as long as that thread
-/// took from its clock read to its store, longer if it was preempted in between).
+/// took from its clock read to its store, longer if it was preempted in between). The
+/// same holds for a touch() on another thread overlapping async_wait(): its older stamp
+/// may replace the wait's start, which changes nothing, as the wait is filed a period
+/// after its start and never completes before that.
 ///
 /// @par Thread Safety
 /// touch() is safe from any thread, concurrently with every member but the destructor
