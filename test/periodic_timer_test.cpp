@@ -65,6 +65,13 @@ struct tick_record {
   std::uint64_t skipped = 0; // skipped() inside the handler
 };
 
+// Runs `ctx` one operation at a time until its wheel has settled a wait (a pass found it
+// due), for at most 10 s: that wait's handler is then queued, here or on its own executor.
+void run_until_a_wait_settles(asio::io_context& ctx) {
+  const auto give_up = wall::now() + 10s;
+  while (twheel::stats(ctx).fired == 0 && wall::now() < give_up) ctx.run_one();
+}
+
 // Waits for `count` ticks in a chain (each handler starts the next wait), calling
 // on_tick(k, timer) in the handler of the k-th tick (1-based) before re-waiting.
 // Stops at the first error.
@@ -592,8 +599,7 @@ BOOST_AUTO_TEST_CASE(a_parked_wait_is_filed_when_the_handler_before_it_is_destro
   timer.async_wait(asio::bind_executor(*handler_ctx, [&](error_code) { first_ran = true; }));
   const auto due = timer.next_tick();
   std::this_thread::sleep_until(due + 5ms);
-  const auto give_up = wall::now() + 10s;
-  while (twheel::stats(ctx).fired == 0 && wall::now() < give_up) ctx.run_one();
+  run_until_a_wait_settles(ctx);
   BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 1u);  // settled; its handler queued
   timer.async_wait([&](error_code ec) {
     second = ec;
@@ -624,8 +630,7 @@ BOOST_AUTO_TEST_CASE(a_parked_wait_is_filed_for_the_grid_the_handlers_before_it_
   timer.async_wait(asio::bind_executor(first_ctx, [&](error_code) { first_ran = true; }));
   const auto due = timer.next_tick();
   std::this_thread::sleep_until(due + 5ms);
-  const auto give_up = wall::now() + 10s;
-  while (twheel::stats(ctx).fired == 0 && wall::now() < give_up) ctx.run_one();
+  run_until_a_wait_settles(ctx);
   BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 1u);  // settled
   timer.async_wait(asio::bind_executor(*second_ctx, [](error_code) {}));
   timer.async_wait([&](error_code ec) {
@@ -670,8 +675,7 @@ BOOST_AUTO_TEST_CASE(a_parked_wait_filed_for_a_past_tick_is_still_cancelled) {
     timer.async_wait([&](error_code ec) { second = ec; });
   });
   ctx.run_one();  // the post
-  const auto give_up = wall::now() + 10s;
-  while (twheel::stats(ctx).fired == 0 && wall::now() < give_up) ctx.run_one();
+  run_until_a_wait_settles(ctx);
   BOOST_TEST_REQUIRE(twheel::stats(ctx).fired == 1u);  // other's pass has run
   handler_ctx.run();  // the first wait's handler: the parked wait is filed, then cancelled
   ctx.restart();
