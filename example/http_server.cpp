@@ -27,6 +27,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -150,6 +151,7 @@ struct counters {
   std::atomic<std::uint64_t> closed_idle{0};
   std::atomic<std::uint64_t> closed_header{0};
   std::atomic<std::uint64_t> closed_write{0};
+  std::atomic<std::uint64_t> closed_served{0};  // after a response without keep-alive
   std::atomic<std::uint64_t> closed_by_peer{0};
   std::atomic<std::uint64_t> closed_other{0};
   std::mutex late_mutex;                   // sessions close on several threads
@@ -222,7 +224,7 @@ class session : public std::enable_shared_from_this<session> {
     if (!keep_alive) {
       error_code ignored;
       stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      stats_.closed_by_peer.fetch_add(1, std::memory_order_relaxed);
+      stats_.closed_served.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     wait_request();
@@ -231,8 +233,9 @@ class session : public std::enable_shared_from_this<session> {
   void fail(error_code ec, std::atomic<std::uint64_t>& on_timeout) {
     if (ec == beast::error::timeout) {
       on_timeout.fetch_add(1, std::memory_order_relaxed);  // the stream closed the socket
-    } else if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-               ec == asio::error::connection_reset) {
+    } else if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+               ec == asio::error::eof || ec == asio::error::connection_reset) {
+      // partial_message: the peer closed in the middle of a request.
       stats_.closed_by_peer.fetch_add(1, std::memory_order_relaxed);
     } else {
       stats_.closed_other.fetch_add(1, std::memory_order_relaxed);
@@ -275,8 +278,12 @@ class server {
   server(asio::io_context& ctx, const options& opts)
       : ctx_(ctx),
         opts_(opts),
-        acceptor_(ctx, tcp::endpoint(asio::ip::make_address_v4(opts.address), opts.port)),
-        signals_(ctx, SIGINT, SIGTERM) {}
+        // The acceptor, its retry timer and the signals share a strand: with several
+        // threads, the signal's close() would otherwise race an accept being started.
+        acceptor_(asio::make_strand(ctx),
+                  tcp::endpoint(asio::ip::make_address_v4(opts.address), opts.port)),
+        signals_(acceptor_.get_executor(), SIGINT, SIGTERM),
+        accept_retry_(acceptor_.get_executor()) {}
 
   unsigned short port() const { return acceptor_.local_endpoint().port(); }
   counters& stats() { return stats_; }
@@ -288,6 +295,7 @@ class server {
       // with it, which closes their sockets.
       error_code ignored;
       acceptor_.close(ignored);
+      accept_retry_.cancel();
       ctx_.stop();
     });
     accept();
@@ -296,12 +304,19 @@ class server {
  private:
   void accept() {
     acceptor_.async_accept(asio::make_strand(ctx_), [this](error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        stats_.accepted.fetch_add(1, std::memory_order_relaxed);
-        std::make_shared<session>(std::move(socket), opts_, stats_)->start();
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (ec) {
+        // Out of descriptors (EMFILE) and the like: the connection stays queued, so
+        // accepting again at once would spin. Pause and let connections close.
+        std::fprintf(stderr, "accept: %s; retrying in 100 ms\n", ec.message().c_str());
+        accept_retry_.expires_after(std::chrono::milliseconds(100));
+        accept_retry_.async_wait([this](error_code wait_ec) {
+          if (!wait_ec) accept();
+        });
+        return;
       }
-      // Out of descriptors (or another accept error): keep going, the peers retry.
+      stats_.accepted.fetch_add(1, std::memory_order_relaxed);
+      std::make_shared<session>(std::move(socket), opts_, stats_)->start();
       accept();
     });
   }
@@ -310,6 +325,7 @@ class server {
   const options& opts_;
   tcp::acceptor acceptor_;
   asio::signal_set signals_;
+  asio::steady_timer accept_retry_;  // one timer, not a timeout per connection
   counters stats_;
 };
 
@@ -353,8 +369,8 @@ int main(int argc, char** argv) {
   };
   std::printf(
       "accepted %llu connections, served %llu requests; closed: %llu idle, %llu header "
-      "timeout, %llu write timeout, %llu by peer, %llu other\n",
+      "timeout, %llu write timeout, %llu after a last response, %llu by peer, %llu other\n",
       n(s.accepted), n(s.requests), n(s.closed_idle), n(s.closed_header), n(s.closed_write),
-      n(s.closed_by_peer), n(s.closed_other));
+      n(s.closed_served), n(s.closed_by_peer), n(s.closed_other));
   return 0;
 }
