@@ -23,9 +23,15 @@ endfunction()
 
 if(VIA STREQUAL "find_package" OR VIA STREQUAL "pkg-config")
   # What a user does: configure, build and install twheel alone, nothing else.
+  # pkg-config's install puts the library two levels deep, as Debian's multiarch libdir
+  # (lib/x86_64-linux-gnu) does: the .pc file must find the prefix from there too.
+  set(libdir_arg)
+  if(VIA STREQUAL "pkg-config")
+    set(libdir_arg -DCMAKE_INSTALL_LIBDIR=lib/multiarch)
+  endif()
   run(${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/twheel -DCMAKE_BUILD_TYPE=Release
       -DCMAKE_CXX_COMPILER=${CXX} -DTWHEEL_BUILD_TESTS=OFF -DTWHEEL_BUILD_EXAMPLES=OFF
-      -DTWHEEL_BUILD_BENCH=OFF)
+      -DTWHEEL_BUILD_BENCH=OFF ${libdir_arg})
   run(${CMAKE_COMMAND} --build ${WORK}/twheel)
   run(${CMAKE_COMMAND} --install ${WORK}/twheel --prefix ${prefix})
   # Relocatable: the package must work from wherever the prefix ends up.
