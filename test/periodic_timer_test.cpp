@@ -883,7 +883,7 @@ BOOST_AUTO_TEST_CASE(a_one_pointer_handler_fits_the_in_object_box) {
     int* p;
     void operator()(error_code) const {}
   };
-  using state = twheel::detail::periodic_state<asio::any_io_executor>;
+  using state = twheel::detail::periodic_state;
   static_assert(
       twheel::detail::fits_in_box<twheel::detail::periodic_wait_op<one_pointer, state>>);
   static_assert(sizeof(twheel::detail::state_ref<state>) == sizeof(void*));
@@ -961,6 +961,106 @@ BOOST_AUTO_TEST_CASE(a_deferred_wait_launched_after_its_timer_is_gone_is_refused
   ctx.poll();
   BOOST_TEST(calls == 0);
   BOOST_TEST(probe.expired());
+}
+
+// A periodic timer moves into one of another executor type, as Asio's I/O objects do
+// (as_default_on(std::move(t)), a strand's timer kept as any_io_executor). The pending
+// wait, the grid and the counters move along, and a parked wait (started while the tick
+// before it was queued) is filed on the new timer. Assignment aborts the target's wait.
+// From a moved-from timer both throw logic_error and change nothing; a deferred wait of
+// the old type launched after the move is refused.
+BOOST_AUTO_TEST_CASE(converting_moves_between_executor_types) {
+  using R = twheel::basic_periodic_timer<asio::io_context::executor_type>;
+  asio::io_context ctx;
+
+  std::optional<periodic_timer> t;
+  std::vector<tick_record> recs(2);
+  int calls = 0;
+  R r(ctx.get_executor(), 20ms);
+  r.async_wait([&](error_code ec) {
+    recs[0].ec = ec;
+    recs[0].at = wall::now();
+    ++calls;
+  });
+  recs[0].due = r.next_tick();
+  auto stale_deferred = r.async_wait(asio::deferred);
+  // The first tick comes due and is queued behind this handler (an earlier deadline, run
+  // first from the same pass); the next wait, started here, parks behind that tick, and
+  // the timer is converted while it is parked.
+  twheel::steady_timer other(ctx);
+  other.expires_at(recs[0].due - 10ms);
+  other.async_wait([&](error_code) {
+    BOOST_TEST_REQUIRE(calls == 0);
+    BOOST_TEST((wall::now() >= recs[0].due));
+    r.async_wait([&](error_code ec) {
+      recs[1].ec = ec;
+      recs[1].at = wall::now();
+      recs[1].ticks = t->ticks();
+      ++calls;
+    });
+    t.emplace(std::move(r));
+    BOOST_TEST((t->next_tick() == recs[0].due));
+    BOOST_TEST(ms(t->period()) == 20);
+    BOOST_TEST((t->get_executor() == asio::any_io_executor(ctx.get_executor())));
+    BOOST_TEST(r.cancel() == 0u);
+    BOOST_CHECK_THROW(r.period(), std::logic_error);
+    BOOST_CHECK_THROW(periodic_timer(std::move(r)), std::logic_error);
+    BOOST_CHECK_THROW(std::move(stale_deferred)([](error_code) {}), std::logic_error);
+  });
+  std::this_thread::sleep_until(recs[0].due + 5ms);
+  // The first tick's handler runs, and the parked wait is filed on the converted timer.
+  const run_result first = run_ctx(ctx, 20s);
+  BOOST_TEST(!first.timed_out);
+  BOOST_TEST(calls == 2);
+  BOOST_TEST(!recs[0].ec);
+  BOOST_TEST((recs[0].at >= recs[0].due));
+  BOOST_TEST(!recs[1].ec);
+  BOOST_TEST((recs[1].at >= recs[0].due + 20ms), "the parked wait completed "
+                                                     << ms(recs[0].due + 20ms - recs[1].at)
+                                                     << " ms before its tick");
+  BOOST_TEST(recs[1].ticks == 2u);
+  BOOST_TEST((t->next_tick() == recs[0].due + 40ms));
+  ctx.restart();
+
+  // Assignment aborts the target's wait and carries the source's; from a moved-from
+  // timer it throws and leaves the target's wait alone.
+  R r2(ctx.get_executor(), 20ms);
+  std::optional<error_code> of_r2, of_t2, of_t3;
+  r2.async_wait([&](error_code ec) { of_r2 = ec; });
+  periodic_timer t2(ctx, 10s);
+  t2.async_wait([&](error_code ec) { of_t2 = ec; });
+  t2 = std::move(r2);
+  BOOST_TEST(ms(t2.period()) == 20);
+  periodic_timer t3(ctx, 25ms);
+  t3.async_wait([&](error_code ec) { of_t3 = ec; });
+  BOOST_CHECK_THROW(t3 = std::move(r2), std::logic_error);
+
+  // A wait started on a strand's timer still completes in the strand.
+  auto strand = asio::make_strand(ctx);
+  twheel::basic_periodic_timer<decltype(strand)> s(strand, 5ms);
+  std::optional<error_code> of_s;
+  bool in_strand = false;
+  s.async_wait([&](error_code ec) {
+    of_s = ec;
+    in_strand = strand.running_in_this_thread();
+  });
+  periodic_timer t5(std::move(s));
+  BOOST_TEST((t5.get_executor() == asio::any_io_executor(strand)));
+
+  // as_default_on, which moves the timer into one of the rebound type.
+  auto deferred_timer = asio::deferred.as_default_on(periodic_timer(ctx, 5ms));
+  std::optional<error_code> of_d;
+  deferred_timer.async_wait()([&](error_code ec) { of_d = ec; });
+
+  const run_result second = run_ctx(ctx, 20s);
+  BOOST_TEST(!second.timed_out);
+  BOOST_TEST((of_r2 == error_code()));
+  BOOST_TEST((of_t2 == aborted));
+  BOOST_TEST((of_t3 == error_code()));
+  BOOST_TEST((of_s == error_code()));
+  BOOST_TEST(in_strand);
+  BOOST_TEST((of_d == error_code()));
+  BOOST_TEST(deferred_timer.ticks() == 1u);
 }
 
 #if defined(TWHEEL_TEST_HAS_ASIO_CANCEL_AFTER)

@@ -12,7 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -35,14 +35,15 @@ enum class missed_tick_policy {
 
 namespace detail {
 
-template <class Executor>
+// The grid, the counters and the bookkeeping of a periodic timer's waits, shared by the
+// timer and its waits' handlers. Typed by nothing, so that a timer with a wait pending can
+// move into a timer of another executor type: the wait's handler keeps this state, and the
+// state follows the timer.
 struct periodic_state {
   using clock_type = std::chrono::steady_clock;
 
-  periodic_state(const Executor& ex, clock_type::duration p, tick_mode m, missed_tick_policy mt)
-      : executor(ex), period(p), mode(m), policy(mt) {
-    timer.emplace(ex);
-  }
+  periodic_state(clock_type::duration p, tick_mode m, missed_tick_policy mt) noexcept
+      : period(p), mode(m), policy(mt) {}
 
   // t + period, saturated at the clock's end: a period too long for the clock never ends.
   clock_type::time_point after(clock_type::time_point t) const noexcept {
@@ -104,12 +105,13 @@ struct periodic_state {
     return mode == tick_mode::fixed_rate && started && unrun != 0 && filed == next && next <= now;
   }
 
-  // Destroyed with the periodic_timer, while a tick's handler may keep the rest of the
-  // state: a context may destroy its queue after its services (a context of the user's
-  // own), and the timer must not outlive the wheel.
-  std::optional<basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>, Executor>>
-      timer;
-  Executor executor;  // the timer's, for an initiation launched after it is gone
+  // The periodic timer's twheel timer (a basic_waitable_timer of its executor type), or
+  // null once the periodic timer is destroyed: the timer goes with it, while a tick's
+  // handler may keep the rest of the state (a context may destroy its queue after its
+  // services, and the timer must not outlive the wheel). `unpark_on` files the parked
+  // wait on it again; it is the timer type's own, so it also tells which type it is.
+  void* timer = nullptr;
+  void (*unpark_on)(void* timer, clock_type::time_point next) noexcept = nullptr;
   clock_type::duration period;
   tick_mode mode;
   missed_tick_policy policy;
@@ -194,18 +196,12 @@ class periodic_wait_op {
   Handler handler_;
 
  private:
-  // The parked wait goes to the grid's next tick. If the driver cannot be armed for it
-  // (a context of the user's own, out of memory), it is aborted rather than left at the
-  // tick it was parked at, which the grid may have moved past (missed_tick_policy).
+  // The parked wait goes to the grid's next tick (basic_periodic_timer::unpark_on).
   static void unpark(State& state) noexcept {
     state.parked = false;
     if (!state.timer) return;  // gone with the timer
     state.filed = state.next;
-    try {
-      timer_access::refile(*state.timer, state.next);
-    } catch (...) {
-      state.timer->cancel();
-    }
+    state.unpark_on(state.timer, state.next);
   }
 };
 
@@ -223,7 +219,7 @@ class periodic_wait_op {
 /// context's thread, or the handler's strand when the context runs on several threads).
 template <class Executor = boost::asio::any_io_executor>
 class basic_periodic_timer {
-  using state_type = detail::periodic_state<Executor>;
+  using state_type = detail::periodic_state;
 
  public:
   /// The type of the executor associated with the object.
@@ -258,7 +254,10 @@ class basic_periodic_timer {
   basic_periodic_timer(const executor_type& ex, duration period,
                        tick_mode mode = tick_mode::fixed_rate,
                        missed_tick_policy policy = missed_tick_policy::burst)
-      : state_(new state_type(ex, checked(period), mode, policy)) {}
+      : state_(new state_type(checked(period), mode, policy)),
+        timer_(std::make_unique<timer_type>(ex)) {
+    attach();
+  }
 
   /// As the constructor above, with the executor of `ctx`.
   ///
@@ -287,20 +286,50 @@ class basic_periodic_timer {
   /// constructor.
   basic_periodic_timer& operator=(basic_periodic_timer&& other) noexcept {
     if (this != &other) {
-      if (state_) state_->timer.reset();
+      release();
       state_ = std::move(other.state_);
+      timer_ = std::move(other.timer_);
     }
     return *this;
   }
 
-  /// Aborts a pending wait (operation_aborted, later, from the context). A tick that has
-  /// already come due but whose handler has not run yet still completes with success.
-  ~basic_periodic_timer() {
-    if (state_) state_->timer.reset();
+  /// Move-constructs a periodic timer from one of another executor type (as Asio's I/O
+  /// objects convert, e.g. `boost::asio::use_awaitable.as_default_on(std::move(t))`); as
+  /// the move constructor otherwise. A wait already started keeps the executor it was
+  /// started with. A deferred wait of `other` launched after the move throws
+  /// std::logic_error: its type is `other`'s.
+  ///
+  /// @param other The timer to move from; its executor must convert to Executor.
+  ///
+  /// @throws std::logic_error if `other` was moved from; std::bad_alloc if the converted
+  /// timer's memory cannot be had. Either way `other` is unchanged.
+  template <class Executor1,
+            std::enable_if_t<std::is_convertible_v<Executor1, Executor>, int> = 0>
+  basic_periodic_timer(basic_periodic_timer<Executor1>&& other)
+      : state_(nullptr), timer_(std::make_unique<timer_type>(std::move(other.timer()))) {
+    state_ = std::move(other.state_);
+    other.timer_.reset();  // moved from: it has no waits left to abort
+    attach();
   }
 
+  /// Move-assigns a periodic timer from one of another executor type; as the move
+  /// assignment, after the converting move constructor.
+  ///
+  /// @throws std::logic_error if `other` was moved from; std::bad_alloc if the converted
+  /// timer's memory cannot be had. Either way nothing changed.
+  template <class Executor1>
+  std::enable_if_t<std::is_convertible_v<Executor1, Executor>, basic_periodic_timer&> operator=(
+      basic_periodic_timer<Executor1>&& other) {
+    basic_periodic_timer converted(std::move(other));
+    return *this = std::move(converted);
+  }
+
+  /// Aborts a pending wait (operation_aborted, later, from the context). A tick that has
+  /// already come due but whose handler has not run yet still completes with success.
+  ~basic_periodic_timer() { release(); }
+
   /// Gets the executor associated with the object.
-  executor_type get_executor() const { return state().executor; }
+  executor_type get_executor() const { return timer().get_executor(); }
   /// The period between ticks.
   duration period() const { return state().period; }
   /// How ticks are spaced.
@@ -364,21 +393,39 @@ class basic_periodic_timer {
   /// Aborts the pending wait (operation_aborted, later, from the context); returns 0 or
   /// 1. The grid is kept: with tick_mode::fixed_rate, the next async_wait() waits for the
   /// same tick.
-  std::size_t cancel() { return state_ ? state_->timer->cancel() : 0; }
+  std::size_t cancel() { return state_ ? timer_->cancel() : 0; }
 
  private:
+  template <class E>
+  friend class basic_periodic_timer;  // the converting moves
+
+  using timer_type =
+      basic_waitable_timer<clock_type, boost::asio::wait_traits<clock_type>, Executor>;
+
   struct initiate_wait {
     using executor_type = basic_periodic_timer::executor_type;  // for Asio's adapters
     detail::state_ref<state_type> state;
-    executor_type get_executor() const { return state->executor; }
+    executor_type get_executor() const { return own_timer().get_executor(); }
 
-    template <class Handler>
-    void operator()(Handler&& handler) const {
-      // A deferred wait launched after its timer was destroyed (undefined with Asio's).
+    // The timer's, still of this type. A deferred wait launched after its timer was
+    // destroyed, or moved into one of another executor type, is refused (with Asio's
+    // timers, the first is undefined and the second waits on the moved-from timer).
+    timer_type& own_timer() const {
       if (!state->timer) {
         throw std::logic_error(
             "twheel::periodic_timer: wait launched after the timer was destroyed");
       }
+      if (state->unpark_on != &basic_periodic_timer::unpark_on) {
+        throw std::logic_error(
+            "twheel::periodic_timer: wait launched after the timer was moved into one of "
+            "another executor type");
+      }
+      return *static_cast<timer_type*>(state->timer);
+    }
+
+    template <class Handler>
+    void operator()(Handler&& handler) const {
+      timer_type& timer = own_timer();
       // The grid moves only if the wait starts (one refused with no_buffer_space starts
       // and completes: the grid starts at the first call, as documented); the pending
       // wait, if any, is aborted only then (detail::timer_access::replace_wait).
@@ -397,7 +444,7 @@ class basic_periodic_timer {
       state->initiating = true;
       try {
         detail::timer_access::replace_wait(
-            *state->timer, deadline,
+            timer, deadline,
             detail::periodic_wait_op<std::decay_t<Handler>, state_type>(
                 state, std::forward<Handler>(handler)));
       } catch (...) {
@@ -425,8 +472,38 @@ class basic_periodic_timer {
     if (!state_) throw std::logic_error("twheel::periodic_timer: used after being moved from");
     return *state_;
   }
+  timer_type& timer() const {
+    state();
+    return *timer_;
+  }
 
+  // The state follows the timer: a parked wait is filed on this one.
+  void attach() noexcept {
+    state_->timer = timer_.get();
+    state_->unpark_on = &basic_periodic_timer::unpark_on;
+  }
+  // The timer goes (aborting its pending wait); the state may live on in a handler.
+  void release() noexcept {
+    if (state_) state_->timer = nullptr;
+    timer_.reset();
+  }
+
+  // If the driver cannot be armed for the parked wait (a context of the user's own, out
+  // of memory), it is aborted rather than left at the tick it was parked at, which the
+  // grid may have moved past (missed_tick_policy).
+  static void unpark_on(void* timer, time_point next) noexcept {
+    timer_type& t = *static_cast<timer_type*>(timer);
+    try {
+      detail::timer_access::refile(t, next);
+    } catch (...) {
+      t.cancel();
+    }
+  }
+
+  // Both null once moved from. The timer is apart from the state so that a converting
+  // move can replace it while a wait's handler holds the state.
   detail::state_ref<state_type> state_;
+  std::unique_ptr<timer_type> timer_;
 };
 
 /// A periodic timer whose handlers run, by default, on an any_io_executor.
