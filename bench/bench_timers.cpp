@@ -6,7 +6,10 @@
 // io_context. Workloads, at N pending timers:
 //
 //   arm     N timers constructed (not timed); time expires_after(random 1..60 s) +
-//           async_wait(handler) on each: ns per timer.
+//           async_wait(handler) on each: ns per timer. The context is fresh, so the
+//           waits' memory is had (and its pages first written) inside the timed loop.
+//   arm-warm  the same on a context where as many timers were armed, cancelled and
+//           destroyed before (not timed): the memory has been had once.
 //   churn   N timers armed (not timed); time M = min(N, 200000) re-arms of a random
 //           timer (expires_after(random 1..60 s), which aborts its wait, then async_wait)
 //           plus the ctx.poll() that runs the M aborted handlers: ns per re-arm, aborted
@@ -16,7 +19,9 @@
 //           prefetched, with picks as long as a re-arm, and churn as a multiple of it
 //           (runs with churn).
 //   cancel  N timers armed (not timed); time cancel() on each plus the ctx.poll() that
-//           runs the N aborted handlers: ns per timer. Beside it, handler-floor: N
+//           runs the N aborted handlers: ns per timer. cancel-destroy: the same, then the
+//           timers destroyed, timed too (twheel's cancel() leaves the timer's entry in
+//           the wheel; its destruction takes it out; Asio's cancel() does that at once). Beside it, handler-floor: N
 //           handlers of the same kind posted to an io_context (not timed), then the poll()
 //           that runs them: what Asio's scheduler itself costs per handler, which every
 //           aborted or expired wait pays in both libraries (each is one operation).
@@ -25,7 +30,8 @@
 //             burst      wall time from the deadline (or from entering run(), if later)
 //                        to the last handler: everything the library does after the
 //                        deadline (asio: heap pops; twheel: wheel passes, plus its tick
-//                        rounding of up to 1 ms, which is latency rather than work);
+//                        rounding of up to one tick, 8 us by default, which is latency
+//                        rather than work);
 //             burst-cpu  thread CPU time from entering run() to the last handler (work
 //                        only: no idle wait, no tick rounding);
 //             burst-f2l  wall time from the first handler to the last (excludes work done
@@ -44,12 +50,16 @@
 //           `strace -f -e trace=epoll_wait,timerfd_settime`: the reactor's waits (and of
 //           them the blocking ones, with a non-zero timeout) and timer re-settings as the
 //           kernel saw them (needs strace).
+//   handler-32B  arm, churn and memory (arm-32B, churn-32B, memory-32B) with a 32-byte
+//           handler (wide_counting_handler), which twheel's in-timer handler box (16
+//           bytes) does not hold: each wait's operation is allocated.
 //   memory  in a separate process per measurement (this program re-executed with
 //           --memory <lib> <n>): N timers each with one pending async_wait, in a
 //           std::vector<std::optional<Timer>> allocated before the baseline. Reported:
 //           heap bytes in use (mallinfo2 uordblks + hblkhd) per timer + sizeof(Timer).
 //
-// Handlers: a lambda capturing one pointer (counts calls and errors); the counts are
+// Handlers: a lambda capturing one pointer (counts calls and errors; 8 bytes), but for
+// the -32B rows; the counts are
 // checked after every repetition (every handler called exactly once, with the expected
 // error code), and burst handlers are checked not to run before the deadline. If arming
 // takes over 1 s (a loaded machine), the earliest churn timers expire inside the timed
@@ -253,6 +263,32 @@ inline auto counting_handler(counters* c) {
   };
 }
 
+// The handler of the "-32B" rows: 32 bytes, as beast::bind_front_handler(&session::f,
+// shared_from_this()) is (a member function pointer and a shared_ptr). twheel keeps a
+// handler of up to 16 bytes (with no associated executor, allocator or cancellation slot)
+// in the timer itself; this one does not fit, so each wait's operation is allocated, as
+// Asio's always is.
+struct wide_counting_handler {
+  counters* c;
+  std::uintptr_t unused[3];
+  void operator()(const boost::system::error_code& ec) const {
+    ++c->calls;
+    if (ec) ++c->errors;
+  }
+};
+static_assert(sizeof(wide_counting_handler) == 32);
+
+enum class handler_size { narrow, wide };
+
+template <handler_size H>
+auto make_handler(counters* c) {
+  if constexpr (H == handler_size::narrow) {
+    return counting_handler(c);
+  } else {
+    return wide_counting_handler{c, {}};
+  }
+}
+
 // --huge-pages: the timers (both libraries' alike) and the floor's objects in 2 MiB pages
 // (madvise(MADV_HUGEPAGE) on their vector's memory before it is first written; needs
 // transparent huge pages in "madvise" or "always" mode). At a million timers a 4 KiB
@@ -303,13 +339,13 @@ timer_vector<Timer> make_timers(boost::asio::io_context& ctx, std::size_t n) {
 
 // The timed regions are functions of their own (noinline) so that profilers can single
 // them out; the call costs once per region, not per operation.
-template <class Timer>
+template <class Timer, handler_size H = handler_size::narrow>
 [[gnu::noinline]] void arm_all(timer_vector<Timer>& timers, const inputs& in, counters* c) {
   const std::size_t n = timers.size();
   for (std::size_t i = 0; i < n; ++i) {
     Timer& t = *timers[i];
     t.expires_after(std::chrono::nanoseconds(in.arm_ns[i]));
-    t.async_wait(counting_handler(c));
+    t.async_wait(make_handler<H>(c));
   }
 }
 
@@ -323,7 +359,7 @@ void cancel_all(boost::asio::io_context& ctx, timer_vector<Timer>& timers) {
 
 std::uint64_t g_churn_expired = 0;  // timers that expired inside churn's timed poll()
 
-template <class Timer>
+template <class Timer, handler_size H = handler_size::narrow>
 [[gnu::noinline]] std::size_t churn_loop(boost::asio::io_context& ctx,
                                          timer_vector<Timer>& timers, const inputs& in,
                                          counters* c) {
@@ -332,7 +368,7 @@ template <class Timer>
   for (std::size_t j = 0; j < m; ++j) {
     Timer& t = *timers[in.pick[j]];
     aborted += t.expires_after(std::chrono::nanoseconds(in.rearm_ns[j]));
-    t.async_wait(counting_handler(c));
+    t.async_wait(make_handler<H>(c));
   }
   ctx.poll();
   return aborted;
@@ -344,19 +380,36 @@ template <class Timer>
   ctx.poll();
 }
 
+// Destroys the timers in place; the vector's memory stays (freed untimed, later).
+template <class Timer>
+[[gnu::noinline]] void destroy_all(timer_vector<Timer>& timers) {
+  for (auto& t : timers) t.reset();
+}
+
 // ---- workloads -------------------------------------------------------------------------
 
-// 1. arm: ns per expires_after + async_wait.
-template <class Timer>
+// 1. arm: ns per expires_after + async_wait. Warm (arm-warm): on a context whose first
+// round of as many timers (armed, cancelled, destroyed) ran before, untimed, so that the
+// memory the waits take has been had once (Asio's operations from the heap, which glibc
+// may have trimmed since; twheel's records from its pool); the timers are new, as a new
+// connection's are.
+template <class Timer, handler_size H = handler_size::narrow, bool Warm = false>
 double bench_arm(std::size_t n, const inputs& in) {
   boost::asio::io_context ctx(g_concurrency_hint);
   configure_for<Timer>(ctx);
   counters c;
   double ns = 0;
+  if constexpr (Warm) {
+    counters first;
+    auto timers = make_timers<Timer>(ctx, n);
+    arm_all<Timer, H>(timers, in, &first);
+    cancel_all(ctx, timers);
+    expect_eq(lib_name<Timer>(), "arm-warm", n, "first round's handlers", first.calls, n);
+  }
   {
     auto timers = make_timers<Timer>(ctx, n);
     const std::int64_t t0 = timestamp_ns();
-    arm_all(timers, in, &c);
+    arm_all<Timer, H>(timers, in, &c);
     const std::int64_t t1 = timestamp_ns();
     ns = static_cast<double>(t1 - t0) / static_cast<double>(n);
     expect_eq(lib_name<Timer>(), "arm", n, "handlers run before cancel", c.calls, 0);
@@ -369,7 +422,7 @@ double bench_arm(std::size_t n, const inputs& in) {
 
 // 2. churn: ns per (expires_after + async_wait) on a random armed timer, with the poll()
 // that runs the aborted handlers included.
-template <class Timer>
+template <class Timer, handler_size H = handler_size::narrow>
 double bench_churn(std::size_t n, const inputs& in) {
   boost::asio::io_context ctx(g_concurrency_hint);
   configure_for<Timer>(ctx);
@@ -378,9 +431,9 @@ double bench_churn(std::size_t n, const inputs& in) {
   double ns = 0;
   {
     auto timers = make_timers<Timer>(ctx, n);
-    arm_all(timers, in, &c);
+    arm_all<Timer, H>(timers, in, &c);
     const std::int64_t t0 = timestamp_ns();
-    const std::size_t reported = churn_loop(ctx, timers, in, &c);
+    const std::size_t reported = churn_loop<Timer, H>(ctx, timers, in, &c);
     const std::int64_t t1 = timestamp_ns();
     expect_eq(lib_name<Timer>(), "churn", n, "waits expires_after() reported cancelled",
               reported, m);
@@ -507,7 +560,12 @@ double bench_floor(std::size_t n, const inputs& in) {
 }
 
 // 3. cancel: ns per cancel(), with the poll() that runs the aborted handlers included.
-template <class Timer>
+// With Destroy (cancel-destroy), the timers' destruction after that poll() is timed too:
+// twheel's cancel() leaves the timer's entry in the wheel, for its next wait to reuse,
+// and takes it out when the timer is destroyed (or when its slot comes due), while
+// Asio's cancel() takes the timer out of its heap at once. A connection that closes
+// pays both.
+template <class Timer, bool Destroy = false>
 double bench_cancel(std::size_t n, const inputs& in) {
   boost::asio::io_context ctx(g_concurrency_hint);
   configure_for<Timer>(ctx);
@@ -518,6 +576,7 @@ double bench_cancel(std::size_t n, const inputs& in) {
     arm_all(timers, in, &c);
     const std::int64_t t0 = timestamp_ns();
     cancel_loop(ctx, timers);
+    if constexpr (Destroy) destroy_all(timers);
     const std::int64_t t1 = timestamp_ns();
     ns = static_cast<double>(t1 - t0) / static_cast<double>(n);
     expect_eq(lib_name<Timer>(), "cancel", n, "handlers run", c.calls, n);
@@ -759,7 +818,7 @@ std::size_t vm_rss_bytes() {
   return 0;
 }
 
-template <class Timer>
+template <class Timer, handler_size H = handler_size::narrow>
 int memory_child(std::size_t n) {
   const inputs in = make_inputs(n);
   boost::asio::io_context ctx(g_concurrency_hint);
@@ -777,7 +836,7 @@ int memory_child(std::size_t n) {
   const std::size_t heap0 = heap_in_use();
   const std::size_t rss0 = vm_rss_bytes();
   for (auto& t : timers) t.emplace(ctx);
-  arm_all(timers, in, &c);
+  arm_all<Timer, H>(timers, in, &c);
   const std::size_t heap1 = heap_in_use();
   const std::size_t rss1 = vm_rss_bytes();
   const std::size_t pending = [&] {
@@ -809,9 +868,10 @@ struct memory_result {
 
 std::string g_self;  // this executable, resolved from /proc/self/exe
 
-memory_result measure_memory(const char* lib, std::size_t n) {
+memory_result measure_memory(const char* lib, std::size_t n, handler_size h) {
   memory_result r;
-  const std::string cmd = "'" + g_self + "' --memory " + lib + " " + std::to_string(n);
+  const std::string cmd = "'" + g_self + "' --memory " + lib + " " + std::to_string(n) +
+                          (h == handler_size::wide ? " wide" : "");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
     fail(std::string("popen failed: ") + cmd);
@@ -966,11 +1026,12 @@ void print_stats(std::size_t n, const twheel::wheel_stats& s) {
 int usage() {
   std::fprintf(stderr,
                "usage: bench_timers [--quick] [--reps R] [--sizes n1,n2,...]\n"
-               "                    [--workloads arm,churn,floor,cancel,burst,spread,wakeups,memory]\n"
+               "                    [--workloads arm,arm-warm,churn,floor,cancel,cancel-destroy,burst,\n"
+               "                                 spread,wakeups,memory,handler-32B]\n"
                "                    [--lib both|asio|twheel]\n"
                "                    [--clock wall|cpu] [--unlocked] [--huge-pages] [--tick-us T] [--slack-us S]\n"
                "                    [--watchdog S] [--expiry-scale F] [--spread-trace]\n"
-               "       bench_timers --memory asio|twheel N\n");
+               "       bench_timers --memory asio|twheel N [wide]\n");
   return 2;
 }
 
@@ -978,19 +1039,25 @@ int usage() {
 
 int main(int argc, char** argv) {
   // Internal mode: one memory measurement in this fresh process.
-  if (argc == 4 && std::strcmp(argv[1], "--memory") == 0) {
+  if ((argc == 4 || argc == 5) && std::strcmp(argv[1], "--memory") == 0) {
     const std::size_t n = std::strtoull(argv[3], nullptr, 10);
-    if (n == 0) return usage();
-    if (std::strcmp(argv[2], "asio") == 0) return memory_child<asio_timer>(n);
-    if (std::strcmp(argv[2], "twheel") == 0) return memory_child<wheel_timer>(n);
-    return usage();
+    const bool wide = argc == 5 && std::strcmp(argv[4], "wide") == 0;
+    if (n == 0 || (argc == 5 && !wide)) return usage();
+    const bool asio = std::strcmp(argv[2], "asio") == 0;
+    if (!asio && std::strcmp(argv[2], "twheel") != 0) return usage();
+    if (wide) {
+      return asio ? memory_child<asio_timer, handler_size::wide>(n)
+                  : memory_child<wheel_timer, handler_size::wide>(n);
+    }
+    return asio ? memory_child<asio_timer>(n) : memory_child<wheel_timer>(n);
   }
 
   bool quick = false;
   int reps = 0;
   std::vector<std::size_t> sizes;
-  std::vector<std::string> workloads{"arm",    "churn",   "floor", "cancel", "burst",
-                                     "spread", "wakeups", "memory"};
+  std::vector<std::string> workloads{"arm",   "arm-warm", "churn",   "floor",
+                                     "cancel", "cancel-destroy", "burst", "spread",
+                                     "wakeups", "memory", "handler-32B"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -1087,6 +1154,14 @@ int main(int argc, char** argv) {
                  [&] { t.push_back(bench_arm<wheel_timer>(n, in)); });
       add_row("arm", n, a, t, "ns/timer", "", false);
     }
+    if (wants(workloads, "arm-warm")) {
+      std::vector<double> a, t;
+      interleave(reps, "arm-warm", n,
+                 [&] { a.push_back(bench_arm<asio_timer, handler_size::narrow, true>(n, in)); },
+                 [&] { t.push_back(bench_arm<wheel_timer, handler_size::narrow, true>(n, in)); });
+      add_row("arm-warm", n, a, t, "ns/timer", "(new timers, after a first round on the context)",
+              false);
+    }
     if (wants(workloads, "churn")) {
       std::vector<double> a, t;
       g_churn_expired = 0;
@@ -1145,6 +1220,14 @@ int main(int argc, char** argv) {
                               bench::na, "ns/handler",
                               "(Asio's scheduler running posted handlers, no timer)"},
                    bench::better::none);
+    }
+    if (wants(workloads, "cancel-destroy")) {
+      std::vector<double> a, t;
+      interleave(reps, "cancel-destroy", n,
+                 [&] { a.push_back(bench_cancel<asio_timer, true>(n, in)); },
+                 [&] { t.push_back(bench_cancel<wheel_timer, true>(n, in)); });
+      add_row("cancel-destroy", n, a, t, "ns/timer",
+              "(cancel, aborted handler, then the timer destroyed)", false);
     }
     if (wants(workloads, "burst")) {
       std::vector<double> aw, ac, af, tw, tc, tf;
@@ -1252,13 +1335,14 @@ int main(int argc, char** argv) {
         std::printf("  (twheel stats().wakeups in that traced run: %.0f)\n", t.stats_wakeups);
       }
     }
-    if (wants(workloads, "memory")) {
+    // Memory in a child process per measurement; `workload` names the row.
+    const auto memory_row = [&](const char* workload, handler_size h) {
       std::vector<double> a, t, ah, th, ar, tr;
       std::size_t ao = 0, to = 0;
       for (int rep = 0; rep < reps; ++rep) {
         if (g_run_asio) {
-          enter_phase("asio", "memory", n, rep);
-          const auto r = measure_memory("asio", n);
+          enter_phase("asio", workload, n, rep);
+          const auto r = measure_memory("asio", n, h);
           if (r.ok) {
             a.push_back(r.total);
             ah.push_back(r.heap);
@@ -1267,8 +1351,8 @@ int main(int argc, char** argv) {
           }
         }
         if (g_run_twheel) {
-          enter_phase("twheel", "memory", n, rep);
-          const auto r = measure_memory("twheel", n);
+          enter_phase("twheel", workload, n, rep);
+          const auto r = measure_memory("twheel", n, h);
           if (r.ok) {
             t.push_back(r.total);
             th.push_back(r.heap);
@@ -1278,11 +1362,27 @@ int main(int argc, char** argv) {
         }
       }
       alarm(0);
-      add_row("memory", n, a, t, "bytes/timer", "(armed; mallinfo2 heap in use + sizeof(timer))", false);
-      std::printf("  memory n=%zu: asio   sizeof %zu + heap %.1f B/timer (VmRSS growth %.1f B/timer)\n"
-                  "  memory n=%zu: twheel sizeof %zu + heap %.1f B/timer (VmRSS growth %.1f B/timer)\n",
-                  n, ao, bench::median(ah), bench::median(ar), n, to, bench::median(th),
-                  bench::median(tr));
+      add_row(workload, n, a, t, "bytes/timer",
+              h == handler_size::wide ? "(the same, a 32-byte handler)"
+                                      : "(armed; mallinfo2 heap in use + sizeof(timer))",
+              false);
+      std::printf("  %s n=%zu: asio   sizeof %zu + heap %.1f B/timer (VmRSS growth %.1f B/timer)\n"
+                  "  %s n=%zu: twheel sizeof %zu + heap %.1f B/timer (VmRSS growth %.1f B/timer)\n",
+                  workload, n, ao, bench::median(ah), bench::median(ar), workload, n, to,
+                  bench::median(th), bench::median(tr));
+    };
+    if (wants(workloads, "memory")) memory_row("memory", handler_size::narrow);
+    if (wants(workloads, "handler-32B")) {
+      std::vector<double> a, t, ac, tc;
+      interleave(reps, "arm-32B", n,
+                 [&] { a.push_back(bench_arm<asio_timer, handler_size::wide>(n, in)); },
+                 [&] { t.push_back(bench_arm<wheel_timer, handler_size::wide>(n, in)); });
+      add_row("arm-32B", n, a, t, "ns/timer", "(arm, a 32-byte handler)", false);
+      interleave(reps, "churn-32B", n,
+                 [&] { ac.push_back(bench_churn<asio_timer, handler_size::wide>(n, in)); },
+                 [&] { tc.push_back(bench_churn<wheel_timer, handler_size::wide>(n, in)); });
+      add_row("churn-32B", n, ac, tc, "ns/op", "(churn, a 32-byte handler)", false);
+      memory_row("memory-32B", handler_size::wide);
     }
   }
 
