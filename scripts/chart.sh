@@ -18,6 +18,8 @@ panels=(
   "arm|arm: expires_after + async_wait|ns per timer|1"
   "churn|churn: re-arm a random timer|ns per re-arm|1"
   "cancel|cancel|ns per timer|1"
+  "cancel-destroy|cancel, then the timer destroyed|ns per timer|1"
+  "churn-32B|churn, a 32-byte handler|ns per re-arm|1"
   "burst-cpu|burst expiry (all due at once)|CPU ns per handler|inv"
   "spread-cpu|spread expiry (due over 1 s)|CPU ns per handler|1"
   "late-p99|spread expiry: lateness p99 (log y)|us|1|log"
