@@ -19,9 +19,10 @@ install(EXPORT twheel_targets
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/twheelConfig.cmake.in
   ${PROJECT_BINARY_DIR}/twheelConfig.cmake
   INSTALL_DESTINATION ${twheel_cmake_dir})
-# A consumer asking for 0.1 accepts any 0.y >= 0.1, not 1.0.
+# A consumer asking for 0.1 accepts 0.1.z only (a 0.y release may break it); from 1.0,
+# any 1.y >= the one asked for.
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/twheelConfigVersion.cmake
-  COMPATIBILITY SameMajorVersion)
+  COMPATIBILITY ${twheel_compatibility})
 install(FILES ${PROJECT_BINARY_DIR}/twheelConfig.cmake ${PROJECT_BINARY_DIR}/twheelConfigVersion.cmake
   DESTINATION ${twheel_cmake_dir} COMPONENT twheel_development)
 
