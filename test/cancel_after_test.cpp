@@ -149,7 +149,8 @@ auto hold_handler(Handler&& handler, Args&&... args) {
   using H = std::decay_t<Handler>;
   auto slot = asio::get_associated_cancellation_slot(handler);
   auto pending = std::make_shared<std::optional<H>>(std::forward<Handler>(handler));
-  if (slot.is_connected()) slot.template emplace<Cancel<H>>(pending, std::forward<Args>(args)...);
+  // Braces: clang before 16 has no parenthesized aggregate initialization (emplace's).
+  if (slot.is_connected()) slot.assign(Cancel<H>{pending, std::forward<Args>(args)...});
   return pending;
 }
 
@@ -2279,9 +2280,6 @@ struct failing_executor {
   friend bool operator==(const failing_executor& a, const failing_executor& b) noexcept {
     return a.ctx == b.ctx && a.fail == b.fail;
   }
-  friend bool operator!=(const failing_executor& a, const failing_executor& b) noexcept {
-    return !(a == b);
-  }
 };
 static_assert(asio::execution::is_executor<failing_executor>::value);
 
@@ -2455,9 +2453,6 @@ struct inline_executor {
   }
   friend bool operator==(const inline_executor& a, const inline_executor& b) noexcept {
     return a.ctx == b.ctx;
-  }
-  friend bool operator!=(const inline_executor& a, const inline_executor& b) noexcept {
-    return !(a == b);
   }
 };
 static_assert(asio::execution::is_executor<inline_executor>::value);

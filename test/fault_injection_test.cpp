@@ -259,7 +259,7 @@ struct ledger {
 // 16 bytes, nothrow movable, no associators: held in the timer's in-object box.
 struct small_handler {
   ledger* l;
-  int id;
+  int id = 0;
   small_handler(ledger& lg, int i) noexcept : l(&lg), id(i) {}
   small_handler(small_handler&& o) noexcept : l(std::exchange(o.l, nullptr)), id(o.id) {}
   small_handler& operator=(small_handler&&) = delete;
@@ -440,7 +440,7 @@ BOOST_AUTO_TEST_CASE(timer_operations) {
       (void)twheel::stats(ctx);  // the wheel exists: this scenario is not about first use
       {
         fault_scope armed(n);
-        int id;
+        int id = 0;
         wait_on(*t1, ctx, l, id, make<small_handler>(l, id));  // boxed
         wait_on(*t1, ctx, l, id, make<small_handler>(l, id));  // queued behind: allocated
         wait_on(*t1, ctx, l, id, make<big_handler>(l, id));
@@ -557,7 +557,7 @@ BOOST_AUTO_TEST_CASE(earlier_and_earlier) {
       const auto start = std::chrono::steady_clock::now();
       {
         fault_scope armed(n);
-        int id;
+        int id = 0;
         for (std::size_t i = 0; i < timers.size(); ++i) {
           timers[i]->expires_at(start + std::chrono::milliseconds(2 * (timers.size() - i)));
           wait_on(*timers[i], ctx, l, id, make<small_handler>(l, id));
@@ -583,7 +583,7 @@ BOOST_AUTO_TEST_CASE(destroyed_at_shutdown) {
         twheel::steady_timer t(*ctx, 1h);
         twheel::steady_timer never(*ctx, 1h);
         fault_scope armed(n);
-        int id;
+        int id = 0;
         wait_on(t, *ctx, l, id, make<small_handler>(l, id));
         wait_on(t, *ctx, l, id, make<big_handler>(l, id));
         wait_on(never, *ctx, l, id, make<big_handler>(l, id));
@@ -868,7 +868,7 @@ BOOST_AUTO_TEST_CASE(idle_timer) {
   for_every_allocation([](long n) {
     ledger l;
     on_fresh_context(n, [&](asio::io_context& ctx) {
-      int id;
+      int id = 0;
       twheel::idle_timer idle(ctx, 1ms);
       id = l.take();
       l.accepted[id] = initiate([&] { idle.async_wait(small_handler(l, id)); });
@@ -946,7 +946,7 @@ BOOST_AUTO_TEST_CASE(periodic_timer) {
   for_every_allocation([](long n) {
     ledger l;
     on_fresh_context(n, [&](asio::io_context& ctx) {
-      int id;
+      int id = 0;
       twheel::periodic_timer tick(ctx, 1ms);
       for (int i = 0; i < 3; ++i) {
         id = l.take();
@@ -1366,7 +1366,7 @@ BOOST_AUTO_TEST_CASE(first_use) {
       fault_scope armed(n);
       bool made = initiate([&] {
         twheel::steady_timer t(ctx, 1ms);
-        int id;
+        int id = 0;
         wait_on(t, ctx, l, id, make<small_handler>(l, id));
         run_armed(ctx);
       });
@@ -1405,7 +1405,7 @@ BOOST_AUTO_TEST_CASE(configure) {
     twheel::steady_timer t(ctx, 1ms);
     BOOST_TEST((asio::use_service<twheel::wheel_service>(ctx).options().tick ==
                 std::chrono::nanoseconds(2ms)));
-    int id;
+    int id = 0;
     wait_on(t, ctx, l, id, make<small_handler>(l, id));
     ctx.run();
     check_ledger(l);

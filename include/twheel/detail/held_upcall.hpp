@@ -67,7 +67,7 @@ class held_upcall_for final : public held_upcall {
   // The work is let go of after the upcall, as Asio's handler_work does.
   static void do_complete(held_upcall* base, bool invoke) {
     auto* self = static_cast<held_upcall_for*>(base);
-    work_guard work(std::move(self->work_));
+    [[maybe_unused]] work_guard work(std::move(self->work_));  // held until the end
     Handler handler(std::move(self->handler_));
     std::tuple<std::decay_t<Args>...> args(std::move(self->args_));
     free_op(self, handler);
