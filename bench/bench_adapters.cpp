@@ -3,7 +3,8 @@
 //
 //  touch        idle_timer::touch() on a random connection, against re-arming that
 //               connection's boost::asio::steady_timer (expires_after + async_wait; the
-//               aborted handler is run and counted).
+//               aborted handler is run and counted). An idle wait touched meanwhile is
+//               re-filed when its deadline comes (once per period, 60 s here): untimed.
 //               Beside it, two floors of touch()'s memory pattern, the same picks over
 //               objects of idle_timer's size with no library: touch-floor-clock stores a
 //               steady_clock reading into the object (what touch() does), touch-floor-word
