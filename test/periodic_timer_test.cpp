@@ -1047,6 +1047,13 @@ BOOST_AUTO_TEST_CASE(converting_moves_between_executor_types) {
   periodic_timer t5(std::move(s));
   BOOST_TEST((t5.get_executor() == asio::any_io_executor(strand)));
 
+  // A round trip back to the first type still refuses a deferred wait made before it.
+  periodic_timer p(ctx, 5ms);
+  auto made_before = p.async_wait(asio::deferred);
+  auto p_deferred = asio::deferred.as_default_on(std::move(p));
+  periodic_timer p_back(std::move(p_deferred));
+  BOOST_CHECK_THROW(std::move(made_before)([](error_code) {}), std::logic_error);
+
   // as_default_on, which moves the timer into one of the rebound type.
   auto deferred_timer = asio::deferred.as_default_on(periodic_timer(ctx, 5ms));
   std::optional<error_code> of_d;

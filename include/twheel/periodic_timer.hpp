@@ -108,8 +108,8 @@ struct periodic_state {
   // The periodic timer's twheel timer (a basic_waitable_timer of its executor type), or
   // null once the periodic timer is destroyed: the timer goes with it, while a tick's
   // handler may keep the rest of the state (a context may destroy its queue after its
-  // services, and the timer must not outlive the wheel). `unpark_on` files the parked
-  // wait on it again; it is the timer type's own, so it also tells which type it is.
+  // services, and the timer must not outlive the wheel). `unpark_on`, the timer type's
+  // own, files the parked wait on it again.
   void* timer = nullptr;
   void (*unpark_on)(void* timer, clock_type::time_point next) noexcept = nullptr;
   clock_type::duration period;
@@ -125,6 +125,11 @@ struct periodic_state {
   std::size_t unrun = 0;
   std::size_t stale = 0;  // the first of them, started before the grid last (re)started
   bool parked = false;
+  // Converting moves so far: a deferred wait started under another count was made on a
+  // timer of another type, and is refused. (Not the address of unpark_on: each shared
+  // library may have its own copy of it, and identical code folding may merge the
+  // copies of two types.)
+  std::uint64_t retyped = 0;
   bool initiating = false;  // inside async_wait(): a wait destroyed now was never started
   std::atomic<std::size_t> refs{1};  // the timer, and the wait's handler while it lives
 };
@@ -296,19 +301,22 @@ class basic_periodic_timer {
   /// Move-constructs a periodic timer from one of another executor type (as Asio's I/O
   /// objects convert, e.g. `boost::asio::use_awaitable.as_default_on(std::move(t))`); as
   /// the move constructor otherwise. A wait already started keeps the executor it was
-  /// started with. A deferred wait of `other` launched after the move throws
-  /// std::logic_error: its type is `other`'s.
+  /// started with. A deferred wait made before the move and launched after it throws
+  /// std::logic_error where it is launched (for use_awaitable, out of run(), as any
+  /// initiation that throws there), even once the timer is moved back to its old type.
   ///
   /// @param other The timer to move from; its executor must convert to Executor.
   ///
   /// @throws std::logic_error if `other` was moved from; std::bad_alloc if the converted
-  /// timer's memory cannot be had. Either way `other` is unchanged.
+  /// timer's memory cannot be had; what converting the executor throws. Either way
+  /// `other` is unchanged.
   template <class Executor1,
             std::enable_if_t<std::is_convertible_v<Executor1, Executor>, int> = 0>
   basic_periodic_timer(basic_periodic_timer<Executor1>&& other)
       : state_(nullptr), timer_(std::make_unique<timer_type>(std::move(other.timer()))) {
     state_ = std::move(other.state_);
     other.timer_.reset();  // moved from: it has no waits left to abort
+    ++state_->retyped;
     attach();
   }
 
@@ -387,7 +395,7 @@ class basic_periodic_timer {
   auto async_wait(WaitToken&& token = boost::asio::default_completion_token_t<executor_type>()) {
     state();  // a moved-from timer throws here, not inside a deferred launch
     return boost::asio::async_initiate<WaitToken, void(boost::system::error_code)>(
-        initiate_wait{state_}, token);
+        initiate_wait{state_, state_->retyped}, token);
   }
 
   /// Aborts the pending wait (operation_aborted, later, from the context); returns 0 or
@@ -405,6 +413,7 @@ class basic_periodic_timer {
   struct initiate_wait {
     using executor_type = basic_periodic_timer::executor_type;  // for Asio's adapters
     detail::state_ref<state_type> state;
+    std::uint64_t retyped;  // the state's count when the wait was made
     executor_type get_executor() const { return own_timer().get_executor(); }
 
     // The timer's, still of this type. A deferred wait launched after its timer was
@@ -415,7 +424,7 @@ class basic_periodic_timer {
         throw std::logic_error(
             "twheel::periodic_timer: wait launched after the timer was destroyed");
       }
-      if (state->unpark_on != &basic_periodic_timer::unpark_on) {
+      if (state->retyped != retyped) {
         throw std::logic_error(
             "twheel::periodic_timer: wait launched after the timer was moved into one of "
             "another executor type");
