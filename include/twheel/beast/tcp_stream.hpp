@@ -64,7 +64,11 @@ struct returns_void<
 /// closed and the pending read and write complete with boost::beast::error::timeout. A
 /// direction whose operation is pending keeps the expiry it started with: expires_after()
 /// only changes the other one (as Beast's does). If the expiry passed before an operation
-/// starts, that operation times out at once.
+/// starts, that operation times out at once; on a socket already closed (by an earlier
+/// timeout of the other direction, say), that can be error::timeout where Beast's stream
+/// reports the socket's own error (bad_descriptor): which of the two completes first
+/// decides. One read and one write may be pending at a time (Beast asserts it; so do
+/// twheel's debug builds).
 ///
 /// The expiries live in the timing wheel of the socket executor's context: one wheel entry
 /// per direction, re-armed per operation. Expiries are rounded up to the wheel's tick
@@ -77,7 +81,11 @@ struct returns_void<
 /// @par Thread Safety
 /// @e Distinct @e objects: Safe.
 /// @e Shared @e objects: Unsafe. The application must also ensure that all asynchronous
-/// operations are performed within the same implicit or explicit strand.
+/// operations are performed within the same implicit or explicit strand. With a timeout
+/// set, on a context run by several threads, the strand must be explicit (the stream's
+/// executor, or its handlers' executor, a strand): the timeout's handler is not part of
+/// the chain of operations, and runs beside a completing operation otherwise (a review
+/// saw ThreadSanitizer report it, for Beast's stream as for this one).
 template <class Protocol, class Executor = boost::asio::any_io_executor>
 class basic_stream {
  public:

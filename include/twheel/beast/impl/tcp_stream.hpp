@@ -10,6 +10,7 @@
 #include <boost/asio/coroutine.hpp>
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
+#include <boost/assert.hpp>
 #include <boost/beast/core/async_base.hpp>
 #include <boost/beast/core/buffer_traits.hpp>
 #include <boost/beast/core/error.hpp>
@@ -84,7 +85,10 @@ class basic_stream<Protocol, Executor>::pending_guard {
   pending_guard(pending_guard&& other) noexcept : b_(std::exchange(other.b_, nullptr)) {}
   pending_guard& operator=(pending_guard&&) = delete;
   ~pending_guard() { reset(); }
+  // One operation per direction at a time, as Beast asserts too: a second would lose the
+  // first's timeout.
   void assign(bool& b) {
+    BOOST_ASSERT(!b);
     b_ = &b;
     *b_ = true;
   }
