@@ -21,10 +21,11 @@
 //   cancel  N timers armed (not timed); time cancel() on each plus the ctx.poll() that
 //           runs the N aborted handlers: ns per timer. cancel-destroy: the same, then the
 //           timers destroyed, timed too (twheel's cancel() leaves the timer's entry in
-//           the wheel; its destruction takes it out; Asio's cancel() does that at once). Beside it, handler-floor: N
-//           handlers of the same kind posted to an io_context (not timed), then the poll()
-//           that runs them: what Asio's scheduler itself costs per handler, which every
-//           aborted or expired wait pays in both libraries (each is one operation).
+//           the wheel; its destruction takes it out; Asio's cancel() does that at once).
+//           Beside it, handler-floor: N handlers of the same kind posted to an
+//           io_context (not timed), then the poll() that runs them: what Asio's
+//           scheduler itself costs per handler, which every aborted or expired wait pays
+//           in both libraries (each is one operation).
 //   burst   N timers armed with one common deadline in the future; ctx.run() until the
 //           last handler. Three views of the same run (handlers per second):
 //             burst      wall time from the deadline (or from entering run(), if later)
@@ -59,11 +60,11 @@
 //           heap bytes in use (mallinfo2 uordblks + hblkhd) per timer + sizeof(Timer).
 //
 // Handlers: a lambda capturing one pointer (counts calls and errors; 8 bytes), but for
-// the -32B rows; the counts are
-// checked after every repetition (every handler called exactly once, with the expected
-// error code), and burst handlers are checked not to run before the deadline. If arming
-// takes over 1 s (a loaded machine), the earliest churn timers expire inside the timed
-// poll(); that is counted and reported as a warning under the churn row.
+// the -32B rows; the counts are checked after every repetition (every handler called
+// exactly once, with the expected error code), and burst handlers are checked not to run
+// before the deadline. If arming takes over 1 s (a loaded machine), the earliest churn
+// timers expire inside the timed poll(); that is counted and reported as a warning under
+// the churn row.
 //
 // The table goes to stdout as it is measured, then every row again as a "csv," line
 // (bench_report.hpp); scripts/bench.sh collects those into out/bench.csv.
