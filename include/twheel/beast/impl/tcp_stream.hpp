@@ -81,7 +81,7 @@ template <class Protocol, class Executor>
 class basic_stream<Protocol, Executor>::pending_guard {
  public:
   pending_guard() = default;
-  explicit pending_guard(bool& b) : b_(&b) { *b_ = true; }
+  explicit pending_guard(bool& b) { assign(b); }
   pending_guard(pending_guard&& other) noexcept : b_(std::exchange(other.b_, nullptr)) {}
   pending_guard& operator=(pending_guard&&) = delete;
   ~pending_guard() { reset(); }
