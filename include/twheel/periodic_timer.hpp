@@ -314,6 +314,8 @@ class basic_periodic_timer {
             std::enable_if_t<std::is_convertible_v<Executor1, Executor>, int> = 0>
   basic_periodic_timer(basic_periodic_timer<Executor1>&& other)
       : state_(nullptr), timer_(std::make_unique<timer_type>(std::move(other.timer()))) {
+    // The state is taken only now: other.timer() checks it, and if the timer cannot be
+    // converted, `other` must keep it.
     state_ = std::move(other.state_);
     other.timer_.reset();  // moved from: it has no waits left to abort
     ++state_->retyped;
