@@ -1011,6 +1011,17 @@ void interleave(int reps, const char* workload, std::size_t n, RunAsio run_asio,
   alarm(0);
 }
 
+// A row of ns per operation (lower is better) from interleave(): each run returns one
+// repetition's figure.
+template <class RunAsio, class RunWheel>
+void interleaved_row(int reps, const char* workload, std::size_t n, const char* unit,
+                     const std::string& note, RunAsio run_asio, RunWheel run_wheel) {
+  std::vector<double> a, t;
+  interleave(reps, workload, n, [&] { a.push_back(run_asio()); },
+             [&] { t.push_back(run_wheel()); });
+  add_row(workload, n, a, t, unit, note, false);
+}
+
 using bench::split;
 using bench::wants;
 
@@ -1150,18 +1161,14 @@ int main(int argc, char** argv) {
     const inputs in = make_inputs(n);
     const std::size_t m = churn_ops(n);
     if (wants(workloads, "arm")) {
-      std::vector<double> a, t;
-      interleave(reps, "arm", n, [&] { a.push_back(bench_arm<asio_timer>(n, in)); },
-                 [&] { t.push_back(bench_arm<wheel_timer>(n, in)); });
-      add_row("arm", n, a, t, "ns/timer", "", false);
+      interleaved_row(reps, "arm", n, "ns/timer", "", [&] { return bench_arm<asio_timer>(n, in); },
+                      [&] { return bench_arm<wheel_timer>(n, in); });
     }
     if (wants(workloads, "arm-warm")) {
-      std::vector<double> a, t;
-      interleave(reps, "arm-warm", n,
-                 [&] { a.push_back(bench_arm<asio_timer, handler_size::narrow, true>(n, in)); },
-                 [&] { t.push_back(bench_arm<wheel_timer, handler_size::narrow, true>(n, in)); });
-      add_row("arm-warm", n, a, t, "ns/timer", "(new timers, after a first round on the context)",
-              false);
+      interleaved_row(
+          reps, "arm-warm", n, "ns/timer", "(new timers, after a first round on the context)",
+          [&] { return bench_arm<asio_timer, handler_size::narrow, true>(n, in); },
+          [&] { return bench_arm<wheel_timer, handler_size::narrow, true>(n, in); });
     }
     if (wants(workloads, "churn")) {
       std::vector<double> a, t;
@@ -1211,10 +1218,9 @@ int main(int argc, char** argv) {
       }
     }
     if (wants(workloads, "cancel")) {
-      std::vector<double> a, t;
-      interleave(reps, "cancel", n, [&] { a.push_back(bench_cancel<asio_timer>(n, in)); },
-                 [&] { t.push_back(bench_cancel<wheel_timer>(n, in)); });
-      add_row("cancel", n, a, t, "ns/timer", "(aborted handler included)", false);
+      interleaved_row(reps, "cancel", n, "ns/timer", "(aborted handler included)",
+                      [&] { return bench_cancel<asio_timer>(n, in); },
+                      [&] { return bench_cancel<wheel_timer>(n, in); });
       std::vector<double> h;
       for (int rep = 0; rep < reps; ++rep) h.push_back(bench_handler_floor(n));
       g_report.add(bench::row{"handler-floor", n, bench::median(h), bench::median(h),
@@ -1223,12 +1229,10 @@ int main(int argc, char** argv) {
                    bench::better::none);
     }
     if (wants(workloads, "cancel-destroy")) {
-      std::vector<double> a, t;
-      interleave(reps, "cancel-destroy", n,
-                 [&] { a.push_back(bench_cancel<asio_timer, true>(n, in)); },
-                 [&] { t.push_back(bench_cancel<wheel_timer, true>(n, in)); });
-      add_row("cancel-destroy", n, a, t, "ns/timer",
-              "(cancel, aborted handler, then the timer destroyed)", false);
+      interleaved_row(reps, "cancel-destroy", n, "ns/timer",
+                      "(cancel, aborted handler, then the timer destroyed)",
+                      [&] { return bench_cancel<asio_timer, true>(n, in); },
+                      [&] { return bench_cancel<wheel_timer, true>(n, in); });
     }
     if (wants(workloads, "burst")) {
       std::vector<double> aw, ac, af, tw, tc, tf;
@@ -1374,15 +1378,12 @@ int main(int argc, char** argv) {
     };
     if (wants(workloads, "memory")) memory_row("memory", handler_size::narrow);
     if (wants(workloads, "handler-32B")) {
-      std::vector<double> a, t, ac, tc;
-      interleave(reps, "arm-32B", n,
-                 [&] { a.push_back(bench_arm<asio_timer, handler_size::wide>(n, in)); },
-                 [&] { t.push_back(bench_arm<wheel_timer, handler_size::wide>(n, in)); });
-      add_row("arm-32B", n, a, t, "ns/timer", "(arm, a 32-byte handler)", false);
-      interleave(reps, "churn-32B", n,
-                 [&] { ac.push_back(bench_churn<asio_timer, handler_size::wide>(n, in)); },
-                 [&] { tc.push_back(bench_churn<wheel_timer, handler_size::wide>(n, in)); });
-      add_row("churn-32B", n, ac, tc, "ns/op", "(churn, a 32-byte handler)", false);
+      interleaved_row(reps, "arm-32B", n, "ns/timer", "(arm, a 32-byte handler)",
+                      [&] { return bench_arm<asio_timer, handler_size::wide>(n, in); },
+                      [&] { return bench_arm<wheel_timer, handler_size::wide>(n, in); });
+      interleaved_row(reps, "churn-32B", n, "ns/op", "(churn, a 32-byte handler)",
+                      [&] { return bench_churn<asio_timer, handler_size::wide>(n, in); },
+                      [&] { return bench_churn<wheel_timer, handler_size::wide>(n, in); });
       memory_row("memory-32B", handler_size::wide);
     }
   }
